@@ -1,0 +1,1 @@
+"""Collectors: read and parse one source each; raise SourceError on failure."""

@@ -1,0 +1,1 @@
+"""The node controller: the pure join, the loop and its history."""

@@ -1,0 +1,47 @@
+"""The one exception tree of gpuledger.
+
+::
+
+    GpuledgerError
+    ├── SourceError        a source that is on could not be read: becomes a
+    │                      ``source-unavailable`` finding; the loop goes on
+    └── UsageError         what the user typed or named is wrong: exit 2, no traceback
+        ├── ConfigError    a flag's value, or a file named by a flag that cannot be read
+        └── PolicyError    a policy file that fails to parse or validate
+
+A ``SourceError`` is temporary (read again next tick); a ``UsageError`` is permanent (the
+user must change the input).
+"""
+
+from __future__ import annotations
+
+
+class GpuledgerError(Exception):
+    """Base of every error gpuledger raises on purpose."""
+
+
+class SourceError(GpuledgerError):
+    """A source that is on and failed: names the source, says why and what to do."""
+
+    def __init__(self, source: str, message: str, hint: str | None = None) -> None:
+        super().__init__(f"{source}: {message}")
+        self.source = source
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(GpuledgerError):
+    """The user's input is wrong; the message names the flag, file or line."""
+
+
+class ConfigError(UsageError):
+    """A flag's value, or a file a flag names, cannot be used."""
+
+
+class PolicyError(UsageError):
+    """A policy file that does not parse or validate; ``problems`` lists every one."""
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        super().__init__("\n".join(problems) if problems else f"{path}: invalid policy")
+        self.path = path
+        self.problems = problems

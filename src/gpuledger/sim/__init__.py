@@ -1,0 +1,1 @@
+"""The simulated node: fake nvidia-smi, fake Nomad and Docker APIs, a fake /proc. Imports only model."""

@@ -1,0 +1,1 @@
+"""HTTP: the node controller's endpoints and metrics."""
