@@ -1,0 +1,171 @@
+"""Container id → name and labels, from Docker or Podman (its Docker-compatible API).
+
+Both runtimes are read through the docker SDK's low-level ``APIClient``; only the containers
+that hold a GPU process are inspected, once each per tick (the list has no PID, and no label
+filter finds Podman's unlabelled Nomad tasks: notes/containers.md §3.2, §5).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from gpuledger.errors import SourceError
+from gpuledger.model import Container, Runtime
+
+ALLOC_LABEL = "com.hashicorp.nomad.alloc_id"
+TASK_LABEL = "com.hashicorp.nomad.task_name"
+
+_SOCKETS: Mapping[Runtime, str] = {
+    "docker": "var/run/docker.sock",
+    "podman": "run/podman/podman.sock",
+}
+
+_HINTS: Mapping[Runtime, str] = {
+    "docker": "start the Docker daemon, point --docker at its socket, or pass --docker off",
+    "podman": (
+        "start the Podman API (systemctl enable --now podman.socket), point --podman at its "
+        "socket, or pass --podman off"
+    ),
+}
+
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# Nomad names a task's container `<task>-<alloc id>` (Docker and Podman drivers alike) and the
+# pause container of a bridge-network allocation `nomad_init_<alloc id>` (notes §1.9, §5).
+_TASK_NAME = re.compile(rf"^(.+)-({_UUID})$")
+_PAUSE_NAME = re.compile(rf"^nomad_init_({_UUID})$")
+
+
+def default_socket(runtime: Runtime, *, root: Path = Path("/")) -> str | None:
+    """The URL of ``runtime``'s standard socket when that file exists, else ``None`` (off)."""
+    path = root / _SOCKETS[runtime]
+    return f"unix://{path}" if path.exists() else None
+
+
+class RuntimeClient:
+    """One runtime's API; connects on first use, reuses the connection, reconnects after a
+    failure."""
+
+    def __init__(self, runtime: Runtime, url: str, timeout: float = 5.0) -> None:
+        """Remember where the API is; nothing is contacted until ``inspect``."""
+        self.runtime: Runtime = runtime
+        # A bare path is the socket itself; the SDK wants a scheme.
+        self.url = f"unix://{url}" if url.startswith("/") else url
+        self.timeout = timeout
+        self._api: docker.APIClient | None = None
+
+    def inspect(self, container_ids: Iterable[str]) -> dict[str, Container]:
+        """Each id's container; an id the runtime no longer knows (404) is left out."""
+        found: dict[str, Container] = {}
+        for container_id in dict.fromkeys(container_ids):
+            attrs = self._inspect_one(container_id)
+            if attrs is not None:
+                found[container_id] = self._container(attrs)
+        return found
+
+    def close(self) -> None:
+        """Drop the connection; the next ``inspect`` opens a new one."""
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+
+    def _inspect_one(self, container_id: str) -> dict[str, Any] | None:
+        """The inspect document of one container, ``None`` on 404."""
+        try:
+            attrs: dict[str, Any] = self._client().inspect_container(container_id)
+        except docker.errors.NotFound:
+            # The container exited between the GPU read and now: simply absent.
+            return None
+        except docker.errors.APIError as err:
+            self.close()
+            detail = err.explanation or (err.response.reason if err.response is not None else "")
+            raise self._error(
+                f"HTTP {err.status_code} on inspect of {container_id}: {detail}",
+                hint=f"see the {self.runtime} daemon's log, or pass --{self.runtime} off",
+            ) from None
+        except (docker.errors.DockerException, requests.RequestException, ValueError) as err:
+            # ValueError: a body that is not JSON (not a Docker API behind the socket).
+            self.close()
+            raise self._error(_reason(err, self.timeout)) from None
+        return attrs
+
+    def _client(self) -> docker.APIClient:
+        """The API client, created on first use. ``version="auto"`` asks the daemon for its
+        API version then, so any engine from Docker 1.24-era to today's, and Podman's compat
+        API, is spoken to in a version it accepts."""
+        if self._api is None:
+            self._api = docker.APIClient(base_url=self.url, version="auto", timeout=self.timeout)
+        return self._api
+
+    def _container(self, attrs: Mapping[str, Any]) -> Container:
+        """A ``Container`` from an inspect document (labels are in ``Config.Labels``)."""
+        config = attrs.get("Config") or {}
+        labels = config.get("Labels") or {}
+        return Container(
+            id=str(attrs.get("Id", "")),
+            name=str(attrs.get("Name", "")).lstrip("/"),
+            runtime=self.runtime,
+            labels={str(key): str(value) for key, value in labels.items()},
+        )
+
+    def _error(self, why: str, hint: str | None = None) -> SourceError:
+        """A ``SourceError`` naming the runtime, its URL and why."""
+        return SourceError(
+            self.runtime,
+            f"cannot read the {self.runtime} API at {self.url}: {why}",
+            hint or _HINTS[self.runtime],
+        )
+
+
+def _reason(err: BaseException, timeout: float) -> str:
+    """A short cause for a failed call, from the OS error buried in the SDK's exception."""
+    cause = _find_os_error(err, depth=0)
+    if isinstance(cause, FileNotFoundError):
+        return "no such socket"
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused (nothing listens on it: is the daemon running?)"
+    if isinstance(cause, PermissionError):
+        return "permission denied on the socket"
+    if isinstance(cause, TimeoutError) or isinstance(err, requests.Timeout):
+        return f"no answer within {timeout:g}s"
+    return str(err)
+
+
+def _find_os_error(err: BaseException, depth: int) -> OSError | None:
+    """The first ``OSError`` in ``err``'s arguments, cause or context (the SDK nests them)."""
+    if isinstance(err, OSError) and not isinstance(err, requests.RequestException):
+        return err
+    if depth > 8:
+        return None
+    nested: list[BaseException] = [arg for arg in err.args if isinstance(arg, BaseException)]
+    nested += [link for link in (err.__cause__, err.__context__) if link is not None]
+    for inner in nested:
+        found = _find_os_error(inner, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def alloc_of(container: Container) -> tuple[str | None, str | None, bool]:
+    """``(alloc id, task, from_name)`` of a Nomad container; ``from_name`` when the allocation
+    was read from the name ``<task>-<alloc id>`` (to be trusted only if Nomad returns it)."""
+    name = container.name.lstrip("/")
+    labelled = container.labels.get(ALLOC_LABEL)
+    if labelled:
+        if _PAUSE_NAME.match(name):
+            return labelled, None, False
+        task = container.labels.get(TASK_LABEL)
+        if not task and (match := _TASK_NAME.match(name)) and match[2] == labelled:
+            task = match[1]
+        return labelled, task or None, False
+    if _PAUSE_NAME.match(name):
+        return None, None, False
+    if match := _TASK_NAME.match(name):
+        return match[2], match[1], True
+    return None, None, False
