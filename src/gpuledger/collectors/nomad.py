@@ -1,0 +1,595 @@
+"""Desired state: the allocations Nomad placed on this node and the GPUs each task reserved.
+
+Settings follow the Nomad CLI (``NOMAD_ADDR``, ``NOMAD_TOKEN``, ``NOMAD_CACERT`` …). Calls go
+through python-nomad over one ``requests.Session`` that this module equips itself, because
+python-nomad verifies no certificate by default, ignores ``NOMAD_CACERT``/``NOMAD_CAPATH``/
+``NOMAD_TLS_SERVER_NAME`` and cannot speak to the Task API's unix socket.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote, urlsplit
+
+import nomad
+import nomad.api.exceptions as nomad_errors
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection
+from urllib3.util.ssl_match_hostname import CertificateError
+
+from gpuledger.errors import ConfigError, SourceError
+from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
+
+__all__ = ["NomadReader", "NomadSettings", "parse_allocation", "settings_from_env"]
+
+SOURCE = "nomad"
+DEFAULT_ADDR = "http://127.0.0.1:4646"
+
+# The scheme python-nomad is given for a unix:// address: requests only routes URLs that start
+# with "http" through a mounted adapter, and the socket path travels percent-encoded as the host
+# (the convention of requests-unixsocket).
+_UNIX_SCHEME = "http+unix://"
+
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
+_NAME_MISMATCH_CODES = frozenset({62, 64})
+
+# TLS alerts a server sends when it refuses the client certificate (or the lack of one).
+_CLIENT_CERT_ALERTS = (
+    "CERTIFICATE_REQUIRED",
+    "BAD_CERTIFICATE",
+    "UNKNOWN_CA",
+    "CERTIFICATE_UNKNOWN",
+    "HANDSHAKE_FAILURE",
+)
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class NomadSettings:
+    """How to reach Nomad, as the Nomad CLI takes it; ``token_file`` wins over ``token``."""
+
+    addr: str = DEFAULT_ADDR
+    token: str | None = field(default=None, repr=False)
+    token_file: Path | None = None
+    ca_cert: Path | None = None
+    ca_path: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    tls_server_name: str | None = None
+    skip_verify: bool = False
+    node_id: str | None = None
+    timeout: float = 5.0
+
+
+def _parse_bool(name: str, text: str) -> bool:
+    # The values Go's strconv.ParseBool accepts, as the Nomad CLI parses NOMAD_SKIP_VERIFY.
+    if text in {"1", "t", "T", "TRUE", "true", "True"}:
+        return True
+    if text in {"0", "f", "F", "FALSE", "false", "False"}:
+        return False
+    raise ConfigError(f"{name}={text!r} is not a boolean (use true or false)")
+
+
+def settings_from_env(env: Mapping[str, str]) -> NomadSettings:
+    """The settings the ``NOMAD_*`` variables of ``env`` give; unset or empty means default."""
+
+    def text(name: str) -> str | None:
+        return env.get(name) or None
+
+    def path(name: str) -> Path | None:
+        value = text(name)
+        return Path(value) if value else None
+
+    skip = text("NOMAD_SKIP_VERIFY")
+    return NomadSettings(
+        addr=text("NOMAD_ADDR") or DEFAULT_ADDR,
+        token=text("NOMAD_TOKEN"),
+        ca_cert=path("NOMAD_CACERT"),
+        ca_path=path("NOMAD_CAPATH"),
+        client_cert=path("NOMAD_CLIENT_CERT"),
+        client_key=path("NOMAD_CLIENT_KEY"),
+        tls_server_name=text("NOMAD_TLS_SERVER_NAME"),
+        skip_verify=_parse_bool("NOMAD_SKIP_VERIFY", skip) if skip else False,
+    )
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _gpu_ids(task_resources: Mapping[str, Any]) -> tuple[str, ...]:
+    ids: list[str] = []
+    # go-codec encodes empty slices as null: Devices and DeviceIDs may both be None.
+    for device in task_resources.get("Devices") or ():
+        if device.get("Vendor") == "nvidia" and device.get("Type") == "gpu":
+            ids.extend(str(i) for i in device.get("DeviceIDs") or ())
+    return tuple(ids)
+
+
+def parse_allocation(doc: Mapping[str, Any]) -> Allocation:
+    """The allocation a Nomad allocation JSON object describes; ``ValueError`` if it has no ID.
+
+    ``gpus_by_task`` holds only the tasks that reserved at least one ``nvidia``/``gpu`` device.
+    """
+    alloc_id = doc.get("ID")
+    if not isinstance(alloc_id, str) or not alloc_id:
+        raise ValueError("allocation without an ID")
+    tasks = (doc.get("AllocatedResources") or {}).get("Tasks") or {}
+    gpus = {name: ids for name, res in tasks.items() if (ids := _gpu_ids(res or {}))}
+    return Allocation(
+        id=alloc_id,
+        # The Read Allocation sample of the docs has no Namespace; every real one does.
+        namespace=doc.get("Namespace") or "default",
+        job=str(doc.get("JobID") or ""),
+        group=str(doc.get("TaskGroup") or ""),
+        client_status=str(doc.get("ClientStatus") or ""),
+        gpus_by_task=gpus,
+    )
+
+
+# --------------------------------------------------------------------------- transport
+
+
+def _read_file(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read the Nomad {what} {path}: {err.strerror or err}") from err
+
+
+def _ssl_context(settings: NomadSettings) -> ssl.SSLContext:
+    """The context every HTTPS connection uses: verified unless ``skip_verify`` says not."""
+    ca_file, ca_dir = settings.ca_cert, settings.ca_path
+    if ca_file is not None:
+        _read_file(ca_file, "CA certificate (NOMAD_CACERT)")
+    if ca_dir is not None and not ca_dir.is_dir():
+        raise ConfigError(f"the Nomad CA directory (NOMAD_CAPATH) {ca_dir} is not a directory")
+    try:
+        # With a CA file or directory, only those CAs are trusted, as in the Nomad CLI.
+        context = ssl.create_default_context(
+            cafile=str(ca_file) if ca_file else None, capath=str(ca_dir) if ca_dir else None
+        )
+    except ssl.SSLError as err:
+        raise ConfigError(f"the Nomad CA certificate {ca_file} is not a PEM CA: {err}") from err
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if settings.skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    cert, key = settings.client_cert, settings.client_key
+    if (cert is None) != (key is None):
+        raise ConfigError("a Nomad client certificate needs both NOMAD_CLIENT_CERT and its key")
+    if cert is not None and key is not None:
+        _read_file(cert, "client certificate (NOMAD_CLIENT_CERT)")
+        _read_file(key, "client key (NOMAD_CLIENT_KEY)")
+        try:
+            context.load_cert_chain(cert, key)
+        except ssl.SSLError as err:
+            raise ConfigError(
+                f"the Nomad client certificate {cert} and key {key} do not load: {err}"
+            ) from err
+    return context
+
+
+class _TlsAdapter(HTTPAdapter):
+    """HTTPS through one prepared ``SSLContext``, whatever ``verify`` python-nomad passes."""
+
+    def __init__(self, context: ssl.SSLContext, server_name: str | None, verify: bool) -> None:
+        self._tls_kwargs: dict[str, Any] = {
+            "ssl_context": context,
+            "cert_reqs": "CERT_REQUIRED" if verify else "CERT_NONE",
+        }
+        if server_name:
+            # Used for SNI and for the name check, as Go's tls.Config.ServerName.
+            self._tls_kwargs["server_hostname"] = server_name
+        super().__init__()
+
+    def init_poolmanager(
+        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
+    ) -> None:
+        """Every pool gets the context (requests before 2.32.2 uses these defaults)."""
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs, **self._tls_kwargs)
+
+    def build_connection_pool_key_attributes(
+        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
+    ) -> Any:
+        """Our TLS settings, not the per-request ``verify=False`` python-nomad sends."""
+        host_params, _ = super().build_connection_pool_key_attributes(request, True, None)
+        return host_params, dict(self._tls_kwargs)
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        """Nothing: the context decides, and requests would otherwise switch it off."""
+
+
+class _UnixConnection(HTTPConnection):
+    def __init__(self, socket_path: str, **kwargs: Any) -> None:
+        super().__init__("localhost", **kwargs)
+        self._socket_path = socket_path
+
+    def _new_conn(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._socket_path)
+        except OSError as err:
+            sock.close()
+            raise urllib3.exceptions.NewConnectionError(
+                self, f"cannot connect to {self._socket_path}: {err.strerror or err}"
+            ) from err
+        return sock
+
+
+class _UnixPool(urllib3.HTTPConnectionPool):
+    def __init__(self, socket_path: str, **kwargs: Any) -> None:
+        super().__init__("localhost", **kwargs)
+        self._socket_path = socket_path
+
+    def _new_conn(self) -> HTTPConnection:
+        self.num_connections += 1
+        return _UnixConnection(self._socket_path, timeout=self.timeout.connect_timeout)
+
+
+class _UnixAdapter(HTTPAdapter):
+    """HTTP over the unix socket named by the percent-encoded host of ``http+unix://`` URLs."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, _UnixPool] = {}
+        super().__init__()
+
+    def _pool(self, url: str | None) -> _UnixPool:
+        socket_path = unquote(urlsplit(url or "").netloc)
+        if socket_path not in self._pools:
+            self._pools[socket_path] = _UnixPool(socket_path, maxsize=2)
+        return self._pools[socket_path]
+
+    def get_connection_with_tls_context(
+        self,
+        request: requests.PreparedRequest,
+        verify: Any,
+        proxies: Mapping[str, str] | None = None,
+        cert: Any = None,
+    ) -> urllib3.HTTPConnectionPool:
+        """The pool of the socket the request's host names."""
+        return self._pool(request.url)
+
+    def get_connection(
+        self, url: str | bytes, proxies: Mapping[str, str] | None = None
+    ) -> urllib3.HTTPConnectionPool:
+        """The same, for requests before 2.32.2."""
+        return self._pool(url.decode() if isinstance(url, bytes) else url)
+
+    def request_url(self, request: requests.PreparedRequest, proxies: Any) -> str:
+        """Only the path: the host is the socket."""
+        return request.path_url
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        """Nothing: the Task API socket never uses TLS."""
+
+    def close(self) -> None:
+        """Close the socket pools too."""
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+        super().close()
+
+
+def _base_url(addr: str) -> str:
+    """The address python-nomad is given for ``addr``; ``ConfigError`` for an unusable one."""
+    addr = addr.strip().rstrip("/")
+    if addr.startswith("unix://"):
+        socket_path = addr[len("unix://") :]
+        if not socket_path:
+            raise ConfigError(f"Nomad address {addr!r} names no socket path")
+        return _UNIX_SCHEME + quote(socket_path, safe="")
+    parts = urlsplit(addr)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ConfigError(
+            f"Nomad address {addr!r} is not http://host:port, https://host:port or unix:///path"
+        )
+    return addr
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _causes(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and everything it wraps: requests and urllib3 nest the real cause deeply."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [err]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        nested = [current.__cause__, current.__context__, getattr(current, "reason", None)]
+        nested += list(current.args)
+        todo.extend(e for e in nested if isinstance(e, BaseException))
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One endpoint and the capability its 403 means the token lacks."""
+
+    path: str
+    capability: str
+    hint_403: str
+    not_found: tuple[str, str] | None = None
+    """The message and hint of a 404, when it means something."""
+
+
+_CALL_ERRORS = (nomad_errors.BaseNomadException, requests.RequestException, ValueError)
+
+
+class NomadReader:
+    """Reads the node's allocations from Nomad, through one kept-alive session."""
+
+    def __init__(self, settings: NomadSettings) -> None:
+        """Prepare the session; ``ConfigError`` if a file the settings name cannot be read."""
+        self._settings = settings
+        self._base = _base_url(settings.addr)
+        if settings.token_file is not None:
+            _read_file(settings.token_file, "token file")
+        self._token: str | None = None
+        self._session = requests.Session()
+        # Proxies from the environment would send the token to a proxy; Nomad is local.
+        self._session.trust_env = False
+        if self._base.startswith(_UNIX_SCHEME):
+            self._session.mount(_UNIX_SCHEME, _UnixAdapter())
+        elif self._base.startswith("https://"):
+            adapter = _TlsAdapter(
+                _ssl_context(settings), settings.tls_server_name, not settings.skip_verify
+            )
+            self._session.mount("https://", adapter)
+        client = nomad.Nomad(
+            address=self._base, timeout=settings.timeout, session=self._session, cert=("", "")
+        )
+        # python-nomad reads NOMAD_TOKEN, NOMAD_NAMESPACE and NOMAD_REGION from os.environ
+        # behind our back; gpuledger's settings are the only source, and the token goes in
+        # the session's headers where it is refreshed.
+        self._agent = client.agent
+        self._node = client.node
+        self._allocation = client.allocation
+        for requester in (self._agent, self._node, self._allocation):
+            requester.token = None
+            requester.namespace = None
+            requester.region = None
+        self._node_id: str | None = settings.node_id
+        self._node_checked = False
+
+    def __repr__(self) -> str:
+        return f"NomadReader(addr={self._settings.addr!r}, node_id={self._node_id!r})"
+
+    def close(self) -> None:
+        """Close the kept-alive connections."""
+        self._session.close()
+
+    # ---------------------------------------------------------------- token
+
+    def _refresh_token(self) -> None:
+        settings = self._settings
+        token = settings.token
+        if settings.token_file is not None:
+            # A workload identity's file is rotated by Nomad: read it at every read().
+            try:
+                token = settings.token_file.read_text().strip() or None
+            except OSError as err:
+                raise SourceError(
+                    SOURCE,
+                    f"cannot read the token file {settings.token_file}: {err.strerror or err}",
+                    "check that the file exists and is readable (Nomad rewrites it on rotation)",
+                ) from err
+        self._token = token
+        if token:
+            self._session.headers["X-Nomad-Token"] = token
+        else:
+            self._session.headers.pop("X-Nomad-Token", None)
+
+    def _redact(self, text: str) -> str:
+        if self._token:
+            text = text.replace(self._token, "<redacted>")
+        if self._settings.token:
+            text = text.replace(self._settings.token, "<redacted>")
+        return text
+
+    def _error(self, message: str, hint: str) -> SourceError:
+        return SourceError(SOURCE, self._redact(message), self._redact(hint))
+
+    # ---------------------------------------------------------------- calls
+
+    def _call(self, call: _Call, fn: Callable[[], _T]) -> _T:
+        """``fn()``, with every failure turned into a ``SourceError`` that says what to do."""
+        try:
+            return fn()
+        except _CALL_ERRORS as err:
+            raise self._failure(call, err) from None
+
+    def _failure(self, call: _Call, err: Exception) -> SourceError:
+        if isinstance(err, nomad_errors.BaseNomadException):
+            resp = err.nomad_resp
+            if isinstance(resp, requests.Response):
+                return self._http_error(call, resp.status_code, resp.text.strip())
+            if isinstance(resp, BaseException):
+                return self._transport_error(call, resp)
+            return self._error(f"GET {call.path} failed: {resp}", "check the Nomad agent")
+        if isinstance(err, requests.RequestException):
+            return self._transport_error(call, err)
+        # python-nomad calls .json() on the body: a ValueError means it was not JSON.
+        return self._error(
+            f"GET {call.path} answered something that is not JSON ({err})",
+            f"check that {self._settings.addr} is a Nomad agent's HTTP API",
+        )
+
+    def _http_error(self, call: _Call, status: int, body: str) -> SourceError:
+        where = f"GET {call.path} answered {status}"
+        if body == "ACL token not found":
+            return self._error(
+                f"{where} ACL token not found: Nomad does not know the token",
+                "set NOMAD_TOKEN (or the token file) to a valid ACL token's secret ID",
+            )
+        if "ACL token expired" in body:
+            return self._error(
+                f"{where}: the Nomad ACL token has expired",
+                "give gpuledger a current token (a workload identity's token file is renewed "
+                "by Nomad; a static token must be replaced)",
+            )
+        if status == 404 and call.not_found is not None:
+            return self._error(*call.not_found)
+        if status == 403:
+            return self._error(
+                f"{where} {body or 'Permission denied'}: the token lacks {call.capability}",
+                call.hint_403,
+            )
+        if status >= 500:
+            return self._error(
+                f"{where}: {body or 'no message'}",
+                "Nomad failed on its side; look at the Nomad agent's log and retry",
+            )
+        return self._error(f"{where}: {body or 'no message'}", "check the Nomad agent and version")
+
+    def _transport_error(self, call: _Call, err: BaseException) -> SourceError:
+        settings = self._settings
+        for cause in _causes(err):
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                if cause.verify_code in _NAME_MISMATCH_CODES:
+                    return self._name_mismatch(call)
+                return self._untrusted(call, cause.verify_message or str(cause))
+            if isinstance(cause, CertificateError):
+                return self._name_mismatch(call)
+            if isinstance(cause, ssl.SSLError):
+                reason = cause.reason or ""
+                if any(alert in reason for alert in _CLIENT_CERT_ALERTS):
+                    given = (
+                        f"the client certificate {settings.client_cert}"
+                        if settings.client_cert
+                        else "no client certificate"
+                    )
+                    return self._error(
+                        f"GET {call.path}: the Nomad server refused {given} ({reason})",
+                        "set NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY to a certificate signed by "
+                        "the CA Nomad trusts",
+                    )
+                return self._error(
+                    f"GET {call.path}: TLS with {settings.addr} failed ({reason or cause})",
+                    "check that the address is https:// for a TLS agent and http:// otherwise",
+                )
+        timeout = any(isinstance(c, requests.Timeout | TimeoutError) for c in _causes(err))
+        what = f"timed out after {settings.timeout:g}s" if timeout else "is unreachable"
+        return self._error(
+            f"Nomad at {settings.addr} {what} (GET {call.path})",
+            "check that the Nomad agent runs and that --nomad-addr / NOMAD_ADDR points at it",
+        )
+
+    def _name_mismatch(self, call: _Call) -> SourceError:
+        settings = self._settings
+        name = settings.tls_server_name or urlsplit(settings.addr).hostname or settings.addr
+        return self._error(
+            f"GET {call.path}: the Nomad server's certificate is not valid for the name {name!r}",
+            "set NOMAD_TLS_SERVER_NAME (--nomad-tls-server-name) to a name in the certificate, "
+            "e.g. server.<region>.nomad or client.<region>.nomad",
+        )
+
+    def _untrusted(self, call: _Call, why: str) -> SourceError:
+        settings = self._settings
+        if settings.ca_cert or settings.ca_path:
+            trusted = " and ".join(
+                f"{label} {p}"
+                for label, p in (("CA file", settings.ca_cert), ("CA directory", settings.ca_path))
+                if p
+            )
+            hint = "the server's certificate must be signed by that CA; check NOMAD_CACERT"
+        else:
+            trusted = "the system's CA store (no NOMAD_CACERT given)"
+            hint = "set NOMAD_CACERT to the CA that signed Nomad's certificate"
+        return self._error(
+            f"GET {call.path}: the Nomad server's certificate is not trusted by {trusted} ({why})",
+            hint,
+        )
+
+    # ---------------------------------------------------------------- reading
+
+    def _find_node_id(self) -> str:
+        if self._node_id is not None:
+            return self._node_id
+        call = _Call(
+            "/v1/agent/self",
+            "agent:read",
+            'pass --nomad-node-id, or grant the token agent { policy = "read" }',
+        )
+        doc = self._call(call, self._agent.get_agent)
+        client = ((doc or {}).get("stats") or {}).get("client") or {}
+        node_id = client.get("node_id") if isinstance(client, Mapping) else None
+        if not isinstance(node_id, str) or not node_id:
+            raise self._error(
+                f"the Nomad agent at {self._settings.addr} is not a client (GET /v1/agent/self "
+                "has no stats.client.node_id)",
+                "point --nomad-addr at this node's Nomad client agent, or pass --nomad-node-id",
+            )
+        self._node_id = node_id
+        return node_id
+
+    def _check_node(self, node_id: str) -> None:
+        if self._node_checked:
+            return
+        path = f"/v1/node/{node_id}"
+        # The allocations endpoint answers 200 [] for an unknown node: without this check
+        # every GPU of a mistyped --nomad-node-id would look free.
+        call = _Call(
+            path,
+            "node:read",
+            'grant the token node { policy = "read" }',
+            not_found=(
+                f"Nomad knows no node {node_id!r} (GET {path} answered 404 node not found)",
+                "check --nomad-node-id (`nomad node status` lists the node ids)",
+            ),
+        )
+        self._call(call, lambda: self._node.get_node(quote(node_id, safe="")))
+        self._node_checked = True
+
+    def _lookup(self, alloc_id: str) -> AllocLookupResult:
+        path = f"/v1/allocation/{alloc_id}"
+        try:
+            doc = self._allocation.get_allocation(quote(alloc_id, safe=""))
+            return AllocLookupResult(AllocLookup.VISIBLE, allocation=parse_allocation(doc))
+        except nomad_errors.URLNotAuthorizedNomadException:
+            return AllocLookupResult(
+                AllocLookup.FORBIDDEN,
+                error=f"GET {path} answered 403: the token lacks read-job in its namespace",
+            )
+        except nomad_errors.URLNotFoundNomadException:
+            return AllocLookupResult(AllocLookup.GONE)
+        except _CALL_ERRORS as err:
+            failure = self._failure(_Call(path, "read-job", ""), err)
+            return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
+
+    def read(self, task_alloc_ids: Collection[str] = ()) -> NomadView:
+        """The node's allocations, and a lookup of each task allocation the node list lacks."""
+        self._refresh_token()
+        node_id = self._find_node_id()
+        self._check_node(node_id)
+        path = f"/v1/node/{node_id}/allocations"
+        call = _Call(
+            path,
+            "node:read",
+            'grant the token node { policy = "read" } and namespace "*" '
+            '{ capabilities = ["read-job"] }',
+        )
+        docs = self._call(call, lambda: self._node.get_allocations(quote(node_id, safe="")))
+        if not isinstance(docs, list):
+            raise self._error(f"GET {path} answered no list", "check the Nomad agent's version")
+        try:
+            allocations = tuple(parse_allocation(doc) for doc in docs)
+        except (ValueError, AttributeError, TypeError) as err:
+            raise self._error(
+                f"GET {path} answered an allocation gpuledger cannot read ({err})",
+                "report this with the Nomad version",
+            ) from None
+        known = {a.id for a in allocations}
+        lookups = {i: self._lookup(i) for i in sorted(set(task_alloc_ids) - known)}
+        return NomadView(node_id=node_id, allocations=allocations, lookups=lookups)

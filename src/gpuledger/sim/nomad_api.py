@@ -1,0 +1,623 @@
+"""A fake Nomad HTTP API: the endpoints gpuledger reads, served from simple allocation specs.
+
+Responses are shaped like Nomad's (``notes/nomad-consul.md`` §1-3 and ``fixtures/nomad``):
+full allocations with the whole ``Job`` and ``AllocatedResources``, ``null`` for empty lists as
+go-codec encodes them, plain-text error bodies. It shares no code with the collector it fakes.
+
+Access control lives in :class:`Access`, asked one question per endpoint (may this token use
+this capability in this namespace?), so full ACL tokens and policies can replace the simple
+rules without touching the routes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import socket
+import socketserver
+import ssl
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["Access", "FakeNomad", "Fault", "RecordedRequest"]
+
+Fault = Literal["403", "500", "expired", "down"]
+
+NOMAD_VERSION = "1.11.3"
+GPU_NAME = "NVIDIA H200"
+MIG_NAME = "NVIDIA H200 MIG 1g.18gb"
+
+# Nomad's error strings (nomad/structs/errors.go) and what its HTTP layer maps them to.
+PERMISSION_DENIED = "Permission denied"
+TOKEN_NOT_FOUND = "ACL token not found"  # noqa: S105 (an error message)
+TOKEN_EXPIRED = "ACL token expired"  # noqa: S105 (an error message)
+INTERNAL_ERROR = "rpc error: No cluster leader"
+
+AGENT_READ = "agent:read"
+NODE_READ = "node:read"
+READ_JOB = "read-job"
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the fake answered (the token itself is not kept)."""
+
+    method: str
+    path: str
+    query: str
+    token_sent: bool
+
+
+@dataclass
+class Access:
+    """Who may read what: one required token, and namespaces no token may read.
+
+    ``denial`` answers ``None`` (allowed) or the status and body Nomad would send. A richer
+    ACL (tokens bound to policies) subclasses this and overrides ``denial``.
+    """
+
+    required_token: str | None = None
+    hidden_namespaces: set[str] = field(default_factory=set)
+
+    def denial(self, token: str | None, capability: str, namespace: str | None) -> tuple[int, str]:
+        """Why ``token`` may not use ``capability`` in ``namespace``; ``(0, "")`` when it may."""
+        if self.required_token is not None and token != self.required_token:
+            return 403, TOKEN_NOT_FOUND
+        if capability == READ_JOB and namespace in self.hidden_namespaces:
+            return 403, PERMISSION_DENIED
+        return 0, ""
+
+
+# --------------------------------------------------------------------------- JSON builders
+
+
+def _device_groups(ids: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The NVIDIA plugin's groups: one per device name, MIG instances apart from whole GPUs."""
+    gpus = [i for i in ids if not i.startswith("MIG-")]
+    migs = [i for i in ids if i.startswith("MIG-")]
+    return [(name, group) for name, group in ((GPU_NAME, gpus), (MIG_NAME, migs)) if group]
+
+
+def _task_resources(gpu_ids: Sequence[str]) -> dict[str, Any]:
+    devices = [
+        {"Vendor": "nvidia", "Type": "gpu", "Name": name, "DeviceIDs": group}
+        for name, group in _device_groups(gpu_ids)
+    ]
+    return {
+        "Cpu": {"CpuShares": 1000, "ReservedCores": None},
+        "Memory": {"MemoryMB": 4096, "MemoryMaxMB": 0},
+        "Networks": None,
+        # go-codec has no omitempty here: a task without devices carries null.
+        "Devices": devices or None,
+    }
+
+
+def _task_state(running: bool, failed: bool, now_ns: int) -> dict[str, Any]:
+    events = [
+        {"Type": "Received", "Time": now_ns - 3_000_000_000, "DisplayMessage": "Task received"},
+        {"Type": "Started", "Time": now_ns - 2_000_000_000, "DisplayMessage": "Task started"},
+    ]
+    if not running:
+        events.append(
+            {"Type": "Terminated", "Time": now_ns, "DisplayMessage": "Exit Code: 0", "ExitCode": 0}
+        )
+    return {
+        "State": "running" if running else "dead",
+        "Failed": failed,
+        "Restarts": 0,
+        "LastRestart": None,
+        "StartedAt": "2026-11-02T10:00:00Z",
+        "FinishedAt": None if running else "2026-11-02T11:00:00Z",
+        "Events": events,
+        "TaskHandle": None,
+    }
+
+
+def _job(spec: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    tasks = spec.get("tasks") or {}
+    task_docs = [
+        {
+            "Name": name,
+            "Driver": "docker",
+            "User": "",
+            "Config": {"image": "nvcr.io/nvidia/pytorch:24.08-py3", "command": "python"},
+            "Env": None,
+            "Services": None,
+            "Constraints": None,
+            "Affinities": None,
+            "Resources": {
+                "CPU": 1000,
+                "Cores": 0,
+                "MemoryMB": 4096,
+                "MemoryMaxMB": 0,
+                "DiskMB": 0,
+                "Networks": None,
+                "Devices": [{"Name": "nvidia/gpu", "Count": len(ids)}] if ids else None,
+            },
+            "Meta": None,
+            "KillTimeout": 5_000_000_000,
+            "LogConfig": {"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": False},
+            "Leader": False,
+            "Identity": {"Name": "default", "Env": False, "File": False},
+        }
+        for name, ids in tasks.items()
+    ]
+    return {
+        "Region": "global",
+        "Namespace": namespace,
+        "ID": spec["job"],
+        "ParentID": "",
+        "Name": spec["job"],
+        "Type": "batch",
+        "Priority": 50,
+        "AllAtOnce": False,
+        "Datacenters": ["dc1"],
+        "NodePool": "default",
+        "Constraints": None,
+        "Affinities": None,
+        "Spreads": None,
+        "TaskGroups": [
+            {
+                "Name": spec["group"],
+                "Count": 1,
+                "Tasks": task_docs,
+                "EphemeralDisk": {"Sticky": False, "SizeMB": 300, "Migrate": False},
+                "Networks": None,
+                "Services": None,
+                "Meta": None,
+            }
+        ],
+        "Update": None,
+        "Periodic": None,
+        "ParameterizedJob": None,
+        "Payload": None,
+        "Meta": None,
+        "Status": "running",
+        "StatusDescription": "",
+        "Stable": False,
+        "Version": 0,
+        "SubmitTime": 1_793_000_000_000_000_000,
+        "CreateIndex": 10,
+        "ModifyIndex": 10,
+        "JobModifyIndex": 10,
+    }
+
+
+def _allocation(
+    spec: Mapping[str, Any], node_id: str, node_name: str, index: int
+) -> dict[str, Any]:
+    """The full allocation JSON of one simple spec."""
+    namespace = spec.get("namespace", "default")
+    status = spec.get("client_status", "running")
+    tasks: Mapping[str, Sequence[str]] = spec.get("tasks") or {}
+    running = status in {"running", "pending"}
+    now_ns = time.time_ns()
+    return {
+        "ID": spec["id"],
+        "Namespace": namespace,
+        "EvalID": "5129bc74-9785-c39a-08da-bddc8aa778b1",
+        "Name": f"{spec['job']}.{spec['group']}[0]",
+        "NodeID": spec.get("node_id", node_id),
+        "NodeName": spec.get("node_name", node_name),
+        "JobID": spec["job"],
+        "Job": _job(spec, namespace),
+        "TaskGroup": spec["group"],
+        "Resources": {"CPU": 1000 * len(tasks), "MemoryMB": 4096 * len(tasks), "DiskMB": 300},
+        "SharedResources": {"CPU": 0, "MemoryMB": 0, "DiskMB": 300, "Networks": None},
+        "TaskResources": {name: {"CPU": 1000, "MemoryMB": 4096} for name in tasks},
+        "AllocatedResources": {
+            "Tasks": {name: _task_resources(ids) for name, ids in tasks.items()},
+            "TaskLifecycles": dict.fromkeys(tasks),
+            "Shared": {"Networks": None, "DiskMB": 300, "Ports": None},
+        },
+        "Metrics": {"NodesEvaluated": 1, "NodesFiltered": 0, "NodesInPool": 1},
+        "DesiredStatus": spec.get("desired_status", "run"),
+        "DesiredDescription": "",
+        "DesiredTransition": {"Migrate": None, "Reschedule": None, "ForceReschedule": None},
+        "ClientStatus": status,
+        "ClientDescription": "Tasks are running" if running else "All tasks have completed",
+        "TaskStates": {name: _task_state(running, status == "failed", now_ns) for name in tasks},
+        "AllocStates": None,
+        "PreviousAllocation": "",
+        "NextAllocation": "",
+        "DeploymentID": "",
+        "DeploymentStatus": None,
+        "RescheduleTracker": None,
+        "NetworkStatus": None,
+        "FollowupEvalID": "",
+        "PreemptedAllocations": None,
+        "PreemptedByAllocation": "",
+        "SigningKeyID": "",
+        "CreateIndex": index,
+        "ModifyIndex": index,
+        "AllocModifyIndex": index,
+        "CreateTime": now_ns,
+        "ModifyTime": now_ns,
+    }
+
+
+# --------------------------------------------------------------------------- servers
+
+
+class _Tracking:
+    """Keeps the open connections, so ``down`` can cut kept-alive ones too."""
+
+    daemon_threads = True
+    block_on_close = False
+    fake: FakeNomad
+    tls: ssl.SSLContext | None = None
+
+    def _track_init(self) -> None:
+        self.connections: set[socket.socket] = set()
+        self.accepted = 0
+        self.lock = threading.Lock()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = super().get_request()  # type: ignore[misc]
+        if self.tls is not None:
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        with self.lock:
+            self.connections.add(sock)
+            self.accepted += 1
+        return sock, addr
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if isinstance(request, ssl.SSLSocket):
+            try:
+                request.settimeout(5)
+                request.do_handshake()
+                request.settimeout(None)
+            except OSError:
+                return  # the client gave up on our certificate, or we refused its own
+        super().finish_request(request, client_address)  # type: ignore[misc]
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)  # type: ignore[misc]
+
+    def cut_connections(self) -> None:
+        with self.lock:
+            open_now = list(self.connections)
+        for sock in open_now:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class _TcpServer(_Tracking, socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+
+
+class _UnixServer(_Tracking, socketserver.ThreadingUnixStreamServer):
+    pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "Nomad"
+    timeout = 30
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests read ``FakeNomad.requests`` instead."""
+
+    def do_GET(self) -> None:
+        """Route one GET."""
+        fake: FakeNomad = self.server.fake  # type: ignore[attr-defined]
+        status, body = fake.answer("GET", self.path, self._token())
+        self._send(status, body)
+
+    def _token(self) -> str | None:
+        token = self.headers.get("X-Nomad-Token")
+        if token:
+            return token
+        auth = self.headers.get("Authorization") or ""
+        scheme, _, value = auth.partition(" ")
+        return value.strip() or None if scheme.lower() == "bearer" else None
+
+    def _send(self, status: int, body: Any) -> None:
+        if isinstance(body, str):
+            data = body.encode()
+            content_type = "text/plain; charset=utf-8"
+        else:
+            data = json.dumps(body).encode()
+            content_type = "application/json"
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        if status == 200:
+            self.send_header("X-Nomad-Index", str(self.server.fake.index))  # type: ignore[attr-defined]
+            self.send_header("X-Nomad-KnownLeader", "true")
+            self.send_header("X-Nomad-LastContact", "0")
+        self.end_headers()
+        self.wfile.write(data)
+
+
+_NODE = re.compile(r"^/v1/node/([^/]+)$")
+_NODE_ALLOCS = re.compile(r"^/v1/node/([^/]+)/allocations$")
+_ALLOC = re.compile(r"^/v1/allocation/([^/]+)$")
+
+
+class FakeNomad:
+    """A Nomad agent (client) on loopback TCP, optionally TLS, or on a unix socket."""
+
+    def __init__(
+        self,
+        node_id: str,
+        node_name: str = "gpu-node-1",
+        *,
+        tls: ssl.SSLContext | None = None,
+        unix_socket: Path | None = None,
+        gpus: Sequence[str] = (),
+    ) -> None:
+        """A fake for node ``node_id``; ``gpus`` are the UUIDs its NVIDIA plugin fingerprints."""
+        self.node_id = node_id
+        self.node_name = node_name
+        self.gpus = tuple(gpus)
+        self.tls = tls
+        self.unix_socket = unix_socket
+        self.access = Access()
+        self.client_agent = True
+        """``False``: the agent is a server only, and agent/self has no ``stats.client``."""
+        self.requests: list[RecordedRequest] = []
+        self.index = 1
+        self.port = 0
+        self._allocs: dict[str, dict[str, Any]] = {}
+        self._gone: set[str] = set()
+        self._fault: Fault | None = None
+        self._server: _TcpServer | _UnixServer | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.connections_accepted = 0
+        """TCP (or unix) connections accepted over the fake's life: keep-alive keeps it low."""
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> str:
+        """Listen (port 0 picks one, kept across restarts) and return the base URL."""
+        server: _TcpServer | _UnixServer
+        if self.unix_socket is not None:
+            self.unix_socket.unlink(missing_ok=True)
+            server = _UnixServer(str(self.unix_socket), _Handler)
+        else:
+            server = _TcpServer(("127.0.0.1", self.port), _Handler)
+            self.port = server.server_address[1]
+        server._track_init()
+        server.fake = self
+        server.tls = self.tls
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+        return self.url
+
+    @property
+    def url(self) -> str:
+        """The address to give a client."""
+        if self.unix_socket is not None:
+            return f"unix://{self.unix_socket}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        """Stop listening and cut every open connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        server.cut_connections()
+        self.connections_accepted += server.accepted
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self.unix_socket is not None:
+            self.unix_socket.unlink(missing_ok=True)
+
+    def __enter__(self) -> FakeNomad:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def accepted(self) -> int:
+        """Connections accepted so far, including the current server's."""
+        current = self._server.accepted if self._server is not None else 0
+        return self.connections_accepted + current
+
+    # ---------------------------------------------------------------- scenario
+
+    def set_allocations(self, specs: Iterable[Mapping[str, Any]]) -> None:
+        """Replace every allocation with the ones these simple specs describe.
+
+        A spec: ``{"id", "namespace"="default", "job", "group", "client_status"="running",
+        "tasks": {task: [GPU or MIG UUIDs]}}``; optional ``node_id`` (an allocation placed on
+        another node) and ``desired_status``.
+        """
+        with self._lock:
+            self.index += 1
+            self._allocs = {
+                spec["id"]: _allocation(spec, self.node_id, self.node_name, self.index)
+                for spec in specs
+            }
+            self._gone -= set(self._allocs)
+
+    def set_gone(self, alloc_ids: Iterable[str]) -> None:
+        """These allocations no longer exist (garbage-collected): 404 ``alloc not found``."""
+        with self._lock:
+            self._gone = set(alloc_ids)
+
+    def set_hidden_namespaces(self, namespaces: set[str]) -> None:
+        """The token may not ``read-job`` in these namespaces."""
+        self.access.hidden_namespaces = set(namespaces)
+
+    @property
+    def required_token(self) -> str | None:
+        """The token every request must carry (``None``: ACLs off)."""
+        return self.access.required_token
+
+    @required_token.setter
+    def required_token(self, token: str | None) -> None:
+        self.access.required_token = token
+
+    def fault(self, kind: Fault | None) -> None:
+        """Fail every request from now: 403, 500, an expired token, or stop listening."""
+        previous, self._fault = self._fault, kind
+        if kind == "down" and previous != "down":
+            self.stop()
+        elif kind != "down" and previous == "down":
+            self.start()
+
+    # ---------------------------------------------------------------- answers
+
+    def answer(self, method: str, target: str, token: str | None) -> tuple[int, Any]:
+        """The status and body (JSON value, or plain text) for one request."""
+        parts = urlsplit(target)
+        path = parts.path
+        with self._lock:
+            self.requests.append(RecordedRequest(method, path, parts.query, token is not None))
+        if self._fault == "403":
+            return 403, PERMISSION_DENIED
+        if self._fault == "500":
+            return 500, INTERNAL_ERROR
+        if self._fault == "expired":
+            return 500, TOKEN_EXPIRED
+        if path == "/v1/agent/self":
+            return self._guarded(token, AGENT_READ, None) or (200, self._agent_self())
+        if match := _NODE_ALLOCS.match(path):
+            return self._guarded(token, NODE_READ, None) or (
+                200,
+                self._node_allocations(unquote(match[1]), token),
+            )
+        if match := _NODE.match(path):
+            denied = self._guarded(token, NODE_READ, None)
+            if denied:
+                return denied
+            if unquote(match[1]) != self.node_id:
+                return 404, "node not found"
+            return 200, self._node()
+        if match := _ALLOC.match(path):
+            return self._alloc(unquote(match[1]), token)
+        return 404, "404 page not found"
+
+    def _guarded(
+        self, token: str | None, capability: str, namespace: str | None
+    ) -> tuple[int, str] | None:
+        status, body = self.access.denial(token, capability, namespace)
+        return (status, body) if status else None
+
+    def _node_allocations(self, node_id: str, token: str | None) -> list[dict[str, Any]]:
+        with self._lock:
+            allocs = list(self._allocs.values())
+        # An unknown node id has no allocations: 200 [] as Nomad answers, never 404.
+        return [
+            a
+            for a in allocs
+            if a["NodeID"] == node_id
+            and a["ID"] not in self._gone
+            # Allocations the token cannot read-job are dropped silently (notes §1).
+            and not self._guarded(token, READ_JOB, a["Namespace"])
+        ]
+
+    def _alloc(self, alloc_id: str, token: str | None) -> tuple[int, Any]:
+        with self._lock:
+            alloc = None if alloc_id in self._gone else self._allocs.get(alloc_id)
+        denied = self._guarded(token, READ_JOB, alloc["Namespace"] if alloc else None)
+        if denied and denied[1] == TOKEN_NOT_FOUND:
+            return denied
+        if alloc is None:
+            return 404, "alloc not found"
+        return denied or (200, alloc)
+
+    def _agent_self(self) -> dict[str, Any]:
+        with self._lock:
+            running = sum(a["ClientStatus"] == "running" for a in self._allocs.values())
+        stats: dict[str, Any] = {
+            "runtime": {"arch": "amd64", "kernel.name": "linux", "version": "go1.24.6"},
+        }
+        if self.client_agent:
+            stats["client"] = {
+                "node_id": self.node_id,
+                "known_servers": "10.0.0.10:4647",
+                "num_allocations": str(running),
+                "last_heartbeat": "12.345678s",
+                "heartbeat_ttl": "17.891011s",
+            }
+        return {
+            "config": {
+                "Region": "global",
+                "Datacenter": "dc1",
+                "NodeName": self.node_name,
+                "Version": {"Version": NOMAD_VERSION, "Prerelease": "", "Metadata": ""},
+                "Client": {"Enabled": self.client_agent},
+                "Server": {"Enabled": not self.client_agent},
+                "ACL": {
+                    "Enabled": self.access.required_token is not None,
+                    "ReplicationToken": "<redacted>",
+                },
+            },
+            # On a client-only agent, member is a zero-value struct.
+            "member": {"Name": "", "Addr": "", "Port": 0, "Tags": None, "Status": "none"},
+            "stats": stats,
+        }
+
+    def _node(self) -> dict[str, Any]:
+        devices = [
+            {
+                "Vendor": "nvidia",
+                "Type": "gpu",
+                "Name": name,
+                "Attributes": {
+                    "memory": {"Int": 143771, "Unit": "MiB", "Float": None, "String": None},
+                    "driver_version": {"String": "570.124.06", "Int": None, "Float": None},
+                },
+                "Instances": [
+                    {
+                        "ID": uuid,
+                        "Healthy": True,
+                        "HealthDescription": "",
+                        "Locality": {"PciBusID": f"00000000:{18 + n:02X}:00.0"},
+                    }
+                    for n, uuid in enumerate(group)
+                ],
+            }
+            for name, group in _device_groups(self.gpus)
+        ]
+        return {
+            "ID": self.node_id,
+            "Name": self.node_name,
+            "Datacenter": "dc1",
+            "NodePool": "default",
+            "NodeClass": "",
+            "HTTPAddr": "127.0.0.1:4646",
+            "TLSEnabled": self.tls is not None,
+            "Status": "ready",
+            "StatusDescription": "",
+            "SchedulingEligibility": "eligible",
+            "Drain": False,
+            "DrainStrategy": None,
+            "Attributes": {
+                "unique.hostname": self.node_name,
+                "nomad.version": NOMAD_VERSION,
+                "driver.docker": "1",
+                "unique.cgroup.version": "v2",
+            },
+            "NodeResources": {
+                "Cpu": {"CpuShares": 64000},
+                "Memory": {"MemoryMB": 515000},
+                "Disk": {"DiskMB": 900000},
+                "Networks": None,
+                "Devices": devices or None,
+            },
+            "ReservedResources": {"Cpu": {"CpuShares": 0}, "Memory": {"MemoryMB": 0}},
+            "Meta": {},
+            "Events": None,
+            "CreateIndex": 5,
+            "ModifyIndex": self.index,
+        }
