@@ -317,8 +317,8 @@ class LedgerGpu:
     reservation: AllocRef | None
     tenants: tuple[Tenant, ...]
     state_since: datetime | None = None
-    held_idle_since: datetime | None = None
-    """Since when a held GPU has stayed below the ``held-idle`` threshold (needs a history)."""
+    encoder_cap: int | None = None
+    """The card's published NVENC session cap, when it has one (``collectors/cards.py``)."""
 
 
 @dataclass(frozen=True)
@@ -378,3 +378,74 @@ class Since:
     gpu_state: Mapping[str, tuple[GpuState, datetime]] = field(default_factory=dict)
     held_idle: Mapping[str, datetime] = field(default_factory=dict)
     findings: Mapping[tuple[str, str | None, str], datetime] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- the JSON contract
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat().replace("+00:00", "Z") if at else None
+
+
+def _alloc_doc(ref: AllocRef | None) -> dict[str, str | None] | None:
+    if ref is None:
+        return None
+    return {"allocId": ref.id, "namespace": ref.namespace, "job": ref.job, "group": ref.group,
+            "task": ref.task}
+
+
+def _tenant_doc(t: Tenant) -> dict[str, object]:
+    alloc = None
+    if t.alloc is not None:
+        alloc = {"id": t.alloc.id, "namespace": t.alloc.namespace, "job": t.alloc.job,
+                 "group": t.alloc.group, "task": t.alloc.task}
+    container = None
+    if t.container is not None:
+        container = {"id": t.container.id, "name": t.container.name,
+                     "runtime": t.container.runtime}
+    return {"pid": t.pid, "process": t.process, "command": t.command,
+            "usedMemoryMiB": t.used_memory_mib, "container": container, "alloc": alloc,
+            "allocFromName": t.alloc_from_name, "allocVisible": t.alloc_visible}
+
+
+def _gpu_doc(lg: LedgerGpu) -> dict[str, object]:
+    g = lg.gpu
+    return {
+        "index": g.index, "uuid": g.uuid, "name": g.name, "state": lg.state.value,
+        "stateSince": _iso(lg.state_since), "utilizationPercent": g.utilization_percent,
+        "memoryUsedMiB": g.memory_used_mib, "memoryTotalMiB": g.memory_total_mib,
+        "temperatureC": g.temperature_c, "thermalMarginC": g.thermal_margin_c,
+        "thermalSlowdown": g.thermal_slowdown, "encoderSessions": g.encoder_sessions,
+        "reservation": _alloc_doc(lg.reservation),
+        "tenants": [_tenant_doc(t) for t in lg.tenants],
+    }
+
+
+def finding_doc(f: Finding) -> dict[str, object]:
+    """One finding as the JSON contract shows it."""
+    return {"code": f.code.value, "level": f.level.name, "gpu": f.gpu, "node": f.node,
+            "message": f.message, "subject": dict(f.subject), "since": _iso(f.since)}
+
+
+def node_doc(node: NodeInfo) -> dict[str, str | None]:
+    """The node block shared by every document."""
+    return {"name": node.name, "nomadNodeId": node.nomad_node_id, "version": node.version}
+
+
+def ledger_doc(ledger: Ledger) -> dict[str, object]:
+    """The ledger document of ``ls --json`` and ``/ledger`` (DESIGN §4)."""
+    return {
+        "schema": SCHEMA,
+        "node": node_doc(ledger.node),
+        "at": _iso(ledger.at),
+        "sources": {name.value: {"ok": s.ok, "error": s.error, "enabled": s.enabled}
+                    for name, s in ledger.sources.items()},
+        "gpus": [_gpu_doc(g) for g in ledger.gpus],
+        "findings": [finding_doc(f) for f in ledger.findings],
+    }
+
+
+def findings_doc(ledger: Ledger) -> dict[str, object]:
+    """The findings document of ``check --json`` and ``/findings`` (DESIGN §4)."""
+    return {"schema": SCHEMA, "node": node_doc(ledger.node), "worst": ledger.worst.name,
+            "findings": [finding_doc(f) for f in ledger.findings]}

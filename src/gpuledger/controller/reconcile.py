@@ -1,0 +1,279 @@
+"""The pure join of desired and observed state on GPU UUID (DESIGN §2).
+
+``reconcile(desired, observed)`` reads nothing and writes nothing: the same inputs always give
+the same ledger, so every case of DESIGN §3 is unit-tested with plain values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from gpuledger.collectors.cards import encoder_session_cap
+from gpuledger.collectors.procfs import redact_argv, short_name
+from gpuledger.collectors.runtimes import alloc_of
+from gpuledger.model import (
+    Allocation,
+    AllocLookup,
+    AllocLookupResult,
+    AllocRef,
+    Container,
+    ContainerRef,
+    Gpu,
+    GpuProcess,
+    GpuReading,
+    GpuState,
+    Ledger,
+    LedgerGpu,
+    NodeInfo,
+    NomadView,
+    OwnerKind,
+    ProcessInfo,
+    ProcessOwner,
+    SourceName,
+    SourceStatus,
+    Tenant,
+    Verdict,
+)
+
+CommandMode = Literal["full", "redacted", "none"]
+
+NAMESPACE_LABEL = "com.hashicorp.nomad.namespace"
+JOB_LABEL = "com.hashicorp.nomad.job_name"
+GROUP_LABEL = "com.hashicorp.nomad.task_group_name"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the node runs: the GPU driver's reading, /proc, and the containers' runtimes."""
+
+    reading: GpuReading | None
+    processes: Mapping[int, ProcessInfo]
+    containers: Mapping[str, Container]
+    sources: Mapping[SourceName, SourceStatus]
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What Nomad reserved on this node; ``view`` is None when Nomad is off or unread."""
+
+    view: NomadView | None
+    status: SourceStatus = field(default_factory=SourceStatus.off)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """Who a process belongs to, before Nomad is consulted."""
+
+    alloc_id: str | None
+    task: str | None
+    from_name: bool
+    container: ContainerRef | None
+    labels: Mapping[str, str]
+    undecided: str = ""
+
+
+def reconcile(
+    desired: Desired,
+    observed: Observed,
+    node: NodeInfo,
+    at: datetime,
+    commands: CommandMode = "redacted",
+) -> Ledger:
+    """Join reservations and processes on GPU UUID into a ledger, without findings."""
+    sources = {**observed.sources, SourceName.NOMAD: desired.status}
+    reading = observed.reading
+    if reading is None:
+        return Ledger(node=node, at=at, sources=sources, gpus=())
+    view = desired.view if desired.status.readable else None
+    live = _live_allocations(view)
+    reserved = _reservations(live)
+    by_gpu: dict[str, list[GpuProcess]] = {}
+    for proc in reading.processes:
+        by_gpu.setdefault(proc.gpu_uuid, []).append(proc)
+    gpus = tuple(
+        _ledger_gpu(gpu, by_gpu.get(gpu.uuid, []), reserved.get(gpu.uuid), live, view, observed,
+                    commands)
+        for gpu in sorted(reading.gpus, key=lambda g: g.index)
+    )
+    return Ledger(node=node, at=at, sources=sources, gpus=gpus)
+
+
+def _live_allocations(view: NomadView | None) -> dict[str, Allocation]:
+    if view is None:
+        return {}
+    return {a.id: a for a in view.allocations if not a.terminal}
+
+
+def _reservations(live: Mapping[str, Allocation]) -> dict[str, AllocRef]:
+    """GPU UUID → the allocation and task that reserved it."""
+    out: dict[str, AllocRef] = {}
+    for alloc in live.values():
+        for task, uuids in sorted(alloc.gpus_by_task.items()):
+            for uuid in uuids:
+                out.setdefault(uuid, _ref(alloc, task))
+    return out
+
+
+def _ref(alloc: Allocation, task: str | None) -> AllocRef:
+    return AllocRef(id=alloc.id, namespace=alloc.namespace, job=alloc.job, group=alloc.group,
+                    task=task)
+
+
+def _ledger_gpu(
+    gpu: Gpu,
+    procs: list[GpuProcess],
+    reservation: AllocRef | None,
+    live: Mapping[str, Allocation],
+    view: NomadView | None,
+    observed: Observed,
+    commands: CommandMode,
+) -> LedgerGpu:
+    found = (_tenant(gpu.uuid, p, reservation, live, view, observed, commands) for p in procs)
+    tenants = tuple(sorted((t for t in found if t is not None), key=lambda t: t.pid))
+    return LedgerGpu(gpu=gpu, state=_state(gpu, reservation, tenants, view), reservation=reservation,
+                     tenants=tenants, encoder_cap=encoder_session_cap(gpu.name, gpu.driver_version))
+
+
+def _state(
+    gpu: Gpu, reservation: AllocRef | None, tenants: tuple[Tenant, ...], view: NomadView | None
+) -> GpuState:
+    if gpu.mig_enabled or view is None:
+        return GpuState.UNKNOWN
+    if any(t.verdict in (Verdict.HIDDEN, Verdict.UNDECIDED) for t in tenants):
+        return GpuState.UNKNOWN
+    if reservation is not None:
+        own = any(t.verdict is Verdict.OWN for t in tenants)
+        return GpuState.HELD if own else GpuState.RESERVED_IDLE
+    return GpuState.UNACCOUNTED if tenants else GpuState.FREE
+
+
+def _tenant(
+    uuid: str,
+    proc: GpuProcess,
+    reservation: AllocRef | None,
+    live: Mapping[str, Allocation],
+    view: NomadView | None,
+    observed: Observed,
+    commands: CommandMode,
+) -> Tenant | None:
+    """The tenant, or None when its process exited between the GPU read and a later read."""
+    info = observed.processes.get(proc.pid)
+    claim = _claim(info, observed)
+    if claim is None:
+        return None
+    verdict, why, alloc, visible = _judge(uuid, claim, live, view)
+    process = proc.process_name or (info.argv[0] if info and info.argv else None)
+    return Tenant(
+        pid=proc.pid,
+        process=short_name(process) if process else None,
+        command=redact_argv(info.argv, commands) if info and info.argv else None,
+        used_memory_mib=proc.used_memory_mib,
+        container=claim.container,
+        alloc=alloc,
+        alloc_from_name=claim.from_name and alloc is not None,
+        alloc_visible=visible,
+        verdict=verdict,
+        why=why,
+    )
+
+
+def _claim(info: ProcessInfo | None, observed: Observed) -> _Claim | None:
+    """Who the process says it belongs to: its cgroup, then its container's labels or name."""
+    if info is None:
+        status = observed.sources.get(SourceName.PROCFS)
+        if status is not None and not status.readable:
+            return _Claim(None, None, False, None, {}, undecided="procfs")
+        return None  # exited between the GPU read and /proc: it no longer holds the GPU
+    owner = info.owner
+    if owner.kind is OwnerKind.NOMAD_TASK:
+        return _Claim(owner.alloc_id, owner.task, False, None, {})
+    if owner.kind in (OwnerKind.DOCKER, OwnerKind.PODMAN):
+        return _container_claim(owner, observed)
+    return _Claim(None, None, False, None, {})
+
+
+def _container_claim(owner: ProcessOwner, observed: Observed) -> _Claim | None:
+    runtime: Literal["docker", "podman"] = "docker" if owner.kind is OwnerKind.DOCKER else "podman"
+    cid = owner.container_id or ""
+    status = observed.sources.get(SourceName(runtime), SourceStatus.off())
+    if not status.readable:
+        return _Claim(None, None, False, None, {}, undecided=runtime)
+    container = observed.containers.get(cid)
+    if container is None:
+        return None  # gone between the GPU read and the inspect, and its process with it
+    ref = ContainerRef(id=container.id, name=container.name, runtime=container.runtime)
+    alloc_id, task, from_name = alloc_of(container)
+    return _Claim(alloc_id, task, from_name, ref, container.labels)
+
+
+def _judge(
+    uuid: str, claim: _Claim, live: Mapping[str, Allocation], view: NomadView | None
+) -> tuple[Verdict, str, AllocRef | None, bool]:
+    """The verdict on one tenant, the reason when undecided, its allocation and visibility."""
+    if claim.undecided:
+        return Verdict.UNDECIDED, claim.undecided, None, False
+    if claim.alloc_id is None:
+        return Verdict.UNMANAGED, "", None, False
+    labelled = _labelled_ref(claim)
+    if view is None:
+        # Nomad unread: a container named like a task may or may not be one, and no task is
+        # judged on reservations.
+        ref = None if claim.from_name else labelled
+        return Verdict.UNDECIDED, "nomad", ref, False
+    alloc = live.get(claim.alloc_id) or _terminal(view, claim.alloc_id)
+    if alloc is not None:
+        ref = _ref(alloc, claim.task)
+        return _own_or_not(uuid, alloc), "", ref, True
+    lookup = view.lookups.get(claim.alloc_id, AllocLookupResult(AllocLookup.FAILED))
+    if claim.from_name:
+        # A name that looks like a task is trusted only when Nomad returns that allocation.
+        return _untrusted_name(claim, lookup)
+    if lookup.status is AllocLookup.VISIBLE and lookup.allocation is not None:
+        return Verdict.UNRESERVED, "", _ref(lookup.allocation, claim.task), True
+    if lookup.status is AllocLookup.GONE:
+        return Verdict.UNRESERVED, "", labelled, False
+    if lookup.status is AllocLookup.FORBIDDEN:
+        return Verdict.HIDDEN, "nomad-forbidden", labelled, False
+    return Verdict.UNDECIDED, "nomad-lookup", labelled, False
+
+
+def _untrusted_name(
+    claim: _Claim, lookup: AllocLookupResult
+) -> tuple[Verdict, str, AllocRef | None, bool]:
+    if lookup.status is AllocLookup.VISIBLE and lookup.allocation is not None:
+        return Verdict.UNRESERVED, "", _ref(lookup.allocation, claim.task), True
+    if lookup.status is AllocLookup.FORBIDDEN:
+        return Verdict.HIDDEN, "nomad-forbidden", AllocRef(claim.alloc_id or "", None, None, None,
+                                                           claim.task), False
+    if lookup.status is AllocLookup.GONE:
+        # Nomad knows no such allocation: the name was a coincidence, not a Nomad task.
+        return Verdict.UNMANAGED, "", None, False
+    return Verdict.UNDECIDED, "nomad-lookup", None, False
+
+
+def _terminal(view: NomadView, alloc_id: str) -> Allocation | None:
+    """A terminal allocation still listed for this node: its task outlived it."""
+    return next((a for a in view.allocations if a.id == alloc_id), None)
+
+
+def _own_or_not(uuid: str, alloc: Allocation) -> Verdict:
+    if alloc.terminal:
+        return Verdict.UNRESERVED
+    reserved = {u for uuids in alloc.gpus_by_task.values() for u in uuids}
+    return Verdict.OWN if uuid in reserved else Verdict.UNRESERVED
+
+
+def _labelled_ref(claim: _Claim) -> AllocRef | None:
+    if claim.alloc_id is None:
+        return None
+    labels = claim.labels
+    return AllocRef(
+        id=claim.alloc_id,
+        namespace=labels.get(NAMESPACE_LABEL),
+        job=labels.get(JOB_LABEL),
+        group=labels.get(GROUP_LABEL),
+        task=claim.task,
+    )

@@ -1,0 +1,119 @@
+"""One read of every source, in the order the join needs them (DESIGN §2).
+
+GPU driver → /proc for the GPU PIDs → the runtimes for the containers that hold them → Nomad,
+with the allocation ids the tasks claim. A source that fails becomes a failed
+``SourceStatus``; it never stops the others from being read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from gpuledger.collectors.nomad import NomadReader, NomadSettings
+from gpuledger.collectors.nvidia import Backend, open_backend
+from gpuledger.collectors.procfs import read_processes
+from gpuledger.collectors.runtimes import RuntimeClient, alloc_of
+from gpuledger.controller.reconcile import Desired, Observed
+from gpuledger.errors import SourceError
+from gpuledger.model import (
+    Container,
+    GpuReading,
+    OwnerKind,
+    ProcessInfo,
+    Runtime,
+    SourceName,
+    SourceStatus,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where each source is, and which are off (a ``None`` URL or settings means off)."""
+
+    gpu_backend: Backend = "auto"
+    nvidia_smi: str = "nvidia-smi"
+    proc_root: Path = Path("/proc")
+    docker: str | None = None
+    podman: str | None = None
+    nomad: NomadSettings | None = None
+    timeout: float = 10.0
+
+
+class Sources:
+    """The collectors of one node, kept across ticks so that connections are reused."""
+
+    def __init__(self, config: SourceConfig) -> None:
+        self.config = config
+        self.gpu = open_backend(config.gpu_backend, config.nvidia_smi, config.timeout)
+        self.runtimes: dict[Runtime, RuntimeClient] = {}
+        for runtime, url in (("docker", config.docker), ("podman", config.podman)):
+            if url:
+                self.runtimes[runtime] = RuntimeClient(runtime, url)
+        self.nomad = NomadReader(config.nomad) if config.nomad else None
+
+    def read(self, guard: Callable[[str, Callable[[], T]], T] | None = None
+             ) -> tuple[Desired, Observed]:
+        """Read every source once; ``guard`` wraps each read (the loop's retry policy)."""
+        run = guard or _call
+        statuses: dict[SourceName, SourceStatus] = {}
+        reading: GpuReading | None = _attempt(SourceName.GPU, statuses,
+                                              lambda: run("gpu", self.gpu.read))
+        pids = sorted({p.pid for p in reading.processes}) if reading else []
+        procs = _attempt(SourceName.PROCFS, statuses, lambda: run(
+            "procfs", lambda: read_processes(pids, self.config.proc_root))) or {}
+        containers = self._containers(procs, statuses, run)
+        desired = self._nomad(procs, containers, run)
+        observed = Observed(reading=reading, processes=procs, containers=containers,
+                            sources=statuses)
+        return desired, observed
+
+    def _containers(self, procs: dict[int, ProcessInfo],
+                    statuses: dict[SourceName, SourceStatus],
+                    run: Callable[[str, Callable[[], T]], T]) -> dict[str, Container]:
+        found: dict[str, Container] = {}
+        for runtime in ("docker", "podman"):
+            name = SourceName(runtime)
+            client = self.runtimes.get(runtime)
+            if client is None:
+                statuses[name] = SourceStatus.off()
+                continue
+            kind = OwnerKind.DOCKER if runtime == "docker" else OwnerKind.PODMAN
+            ids = sorted({p.owner.container_id for p in procs.values()
+                          if p.owner.kind is kind and p.owner.container_id})
+            bound = client
+            got = _attempt(name, statuses, lambda: run(runtime, lambda: bound.inspect(ids)))
+            found.update(got or {})
+        return found
+
+    def _nomad(self, procs: dict[int, ProcessInfo], containers: dict[str, Container],
+               run: Callable[[str, Callable[[], T]], T]) -> Desired:
+        if self.nomad is None:
+            return Desired(view=None, status=SourceStatus.off())
+        claimed = {p.owner.alloc_id for p in procs.values() if p.owner.alloc_id}
+        claimed |= {a for a, _, _ in map(alloc_of, containers.values()) if a}
+        reader = self.nomad
+        statuses: dict[SourceName, SourceStatus] = {}
+        view = _attempt(SourceName.NOMAD, statuses,
+                        lambda: run("nomad", lambda: reader.read(sorted(claimed))))
+        return Desired(view=view, status=statuses[SourceName.NOMAD])
+
+
+def _call(_: str, read: Callable[[], T]) -> T:
+    return read()
+
+
+def _attempt(name: SourceName, statuses: dict[SourceName, SourceStatus],
+             read: Callable[[], T]) -> T | None:
+    """Run one source read, recording whether it worked."""
+    try:
+        value = read()
+    except SourceError as exc:
+        statuses[name] = SourceStatus.failed(exc.message, exc.hint)
+        return None
+    statuses[name] = SourceStatus.up()
+    return value

@@ -1,0 +1,257 @@
+"""``evaluate(ledger, policy, since, now) -> findings``: the pure judgement of DESIGN §3.
+
+Nothing here reads a source or the clock: ``since`` tells since when each GPU has been in its
+state, and ``now`` is passed in, so idle-time rules are tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+from gpuledger.model import (
+    Code,
+    Finding,
+    GpuState,
+    Ledger,
+    LedgerGpu,
+    Since,
+    SourceName,
+    Tenant,
+    Verdict,
+)
+from gpuledger.policy.rules import Policy, Rule
+
+_SOURCE_LABEL = {
+    SourceName.GPU: "GPU driver",
+    SourceName.PROCFS: "/proc",
+    SourceName.DOCKER: "Docker",
+    SourceName.PODMAN: "Podman",
+    SourceName.NOMAD: "Nomad",
+}
+
+
+def evaluate(ledger: Ledger, policy: Policy, since: Since, now: datetime) -> tuple[Finding, ...]:
+    """Every finding the ledger gives under ``policy``, worst first, then by GPU and code."""
+    judge = _Judge(ledger, policy, since, now)
+    found = [*judge.sources()]
+    for lgpu in ledger.gpus:
+        found.extend(judge.gpu(lgpu))
+    unique = {f.key: f for f in found}
+    return tuple(sorted(unique.values(),
+                        key=lambda f: (-f.level, f.gpu or "", f.code.value, f.owner)))
+
+
+class _Judge:
+    """One evaluation: the ledger, the policy and the clock it is judged under."""
+
+    def __init__(self, ledger: Ledger, policy: Policy, since: Since, now: datetime) -> None:
+        self.ledger, self.policy, self.since, self.now = ledger, policy, since, now
+        self.node = ledger.node.name
+
+    def finding(self, code: Code, rule: Rule, gpu: str | None, owner: str, message: str,
+                subject: dict[str, str | int | None]) -> Finding | None:
+        if rule.level is None:
+            return None
+        key = (code.value, gpu, owner)
+        return Finding(code=code, level=rule.level, gpu=gpu, node=self.node, message=message,
+                       subject=subject, since=self.since.findings.get(key), owner=owner)
+
+    def sources(self) -> Iterator[Finding]:
+        rule = self.policy.rule(Code.SOURCE_UNAVAILABLE, self.node)
+        for name, status in self.ledger.sources.items():
+            if status.readable or not status.enabled:
+                continue
+            message = f"{_SOURCE_LABEL[name]} unavailable: {status.error}"
+            if status.hint:
+                message += f" ({status.hint})"
+            found = self.finding(Code.SOURCE_UNAVAILABLE, rule, None, f"source:{name.value}",
+                                 message, {"source": name.value})
+            if found:
+                yield found
+
+    def gpu(self, lgpu: LedgerGpu) -> Iterator[Finding]:
+        for tenant in lgpu.tenants:
+            found = self.tenant(lgpu, tenant)
+            if found:
+                yield found
+        for check in (self.reserved_idle, self.held_idle, self.hot, self.encoder):
+            found = check(lgpu)
+            if found:
+                yield found
+
+    def rule(self, code: Code, namespace: str | None, job: str | None) -> Rule:
+        return self.policy.rule(code, self.node, namespace, job)
+
+    def tenant(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
+        where = f"GPU {lgpu.gpu.index} ({lgpu.gpu.uuid})"
+        who = f"{t.process or 'a process'} (pid {t.pid})"
+        if t.verdict is Verdict.UNRESERVED and t.alloc is not None:
+            rule = self.rule(Code.UNRESERVED_TENANT, t.alloc.namespace, t.alloc.job)
+            if t.alloc_visible:
+                what = f"{who} of allocation {t.alloc.id} ({_alloc_words(t)}) runs on {where}, " \
+                       "which that allocation did not reserve"
+            else:
+                what = f"{who} of allocation {t.alloc.id} runs on {where}, but Nomad no longer " \
+                       "knows that allocation (404): its task outlived it and holds the GPU"
+            return self.finding(Code.UNRESERVED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what,
+                                _subject(t))
+        if t.verdict is Verdict.UNMANAGED:
+            rule = self.rule(Code.UNMANAGED_TENANT, None, None)
+            if _exempt(t, rule):
+                return None
+            inside = (f"in {t.container.runtime} container {t.container.name!r}"
+                      if t.container else "on the host")
+            what = f"{who} {inside} runs on {where} outside every Nomad allocation"
+            return self.finding(Code.UNMANAGED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what,
+                                _subject(t))
+        if t.verdict is Verdict.HIDDEN and t.alloc is not None:
+            ns = t.alloc.namespace
+            rule = self.rule(Code.SOURCE_UNAVAILABLE, ns, t.alloc.job)
+            scope = f"namespace {ns!r}" if ns else "its namespace (no label tells which)"
+            what = (f"Nomad hid allocation {t.alloc.id} of {who} on {where}: the token lacks "
+                    f"read-job on {scope}; grant it (namespace \"{ns or '*'}\" "
+                    "{ capabilities = [\"read-job\"] }) so the GPU can be judged")
+            return self.finding(Code.SOURCE_UNAVAILABLE, rule, lgpu.gpu.uuid, _owner(t), what,
+                                _subject(t))
+        return None
+
+    def reserved_idle(self, lgpu: LedgerGpu) -> Finding | None:
+        res = lgpu.reservation
+        if lgpu.state is not GpuState.RESERVED_IDLE or res is None:
+            return None
+        rule = self.rule(Code.RESERVED_IDLE, res.namespace, res.job)
+        state = self.since.gpu_state.get(lgpu.gpu.uuid)
+        began = state[1] if state and state[0] is GpuState.RESERVED_IDLE else None
+        lasted = self.now - began if began else None
+        if not _over(lasted, rule.after):
+            return None
+        how_long = f"for {_human(lasted)}" if lasted is not None else \
+            "for an unknown time (no --history)"
+        what = (f"GPU {lgpu.gpu.index} ({lgpu.gpu.uuid}) is reserved by allocation {res.id} "
+                f"(job {res.job}, task {res.task}, namespace {res.namespace}) and no process of "
+                f"it has run there {how_long}")
+        return self.finding(Code.RESERVED_IDLE, rule, lgpu.gpu.uuid, _res_owner(lgpu), what,
+                            _res_subject(lgpu))
+
+    def held_idle(self, lgpu: LedgerGpu) -> Finding | None:
+        res, util = lgpu.reservation, lgpu.gpu.utilization_percent
+        if lgpu.state is not GpuState.HELD or res is None or util is None:
+            return None
+        rule = self.rule(Code.HELD_IDLE, res.namespace, res.job)
+        if util >= rule.below_percent:
+            return None
+        began = self.since.held_idle.get(lgpu.gpu.uuid)
+        lasted = self.now - began if began else None
+        if not _over(lasted, rule.after):
+            return None
+        how_long = f"for {_human(lasted)}" if lasted is not None else \
+            "for an unknown time (no --history)"
+        what = (f"GPU {lgpu.gpu.index} ({lgpu.gpu.uuid}) is held by job {res.job} (task "
+                f"{res.task}, namespace {res.namespace}) below {rule.below_percent:g}% "
+                f"utilisation {how_long}")
+        return self.finding(Code.HELD_IDLE, rule, lgpu.gpu.uuid, _res_owner(lgpu), what,
+                            _res_subject(lgpu))
+
+    def hot(self, lgpu: LedgerGpu) -> Finding | None:
+        gpu, res = lgpu.gpu, lgpu.reservation
+        rule = self.rule(Code.HOT, res.namespace if res else None, res.job if res else None)
+        if gpu.thermal_slowdown:
+            why = "the driver reports thermal slowdown"
+        elif gpu.thermal_margin_c is not None:
+            if gpu.thermal_margin_c > rule.margin_c:
+                return None
+            why = f"{gpu.thermal_margin_c} °C left before thermal slowdown " \
+                  f"(policy: at most {rule.margin_c})"
+        elif gpu.thermal_slowdown is None and gpu.temperature_c is not None:
+            if gpu.temperature_c < rule.temp_max_c:
+                return None
+            why = f"{gpu.temperature_c} °C (policy: below {rule.temp_max_c}; the driver reports " \
+                  "neither a margin nor slowdown)"
+        else:
+            return None
+        what = f"GPU {gpu.index} ({gpu.uuid}) is hot: {why}"
+        return self.finding(Code.HOT, rule, gpu.uuid, "gpu", what, {})
+
+    def encoder(self, lgpu: LedgerGpu) -> Finding | None:
+        gpu, res = lgpu.gpu, lgpu.reservation
+        if gpu.encoder_sessions is None:
+            return None
+        rule = self.rule(Code.ENCODER_SATURATED, res.namespace if res else None,
+                         res.job if res else None)
+        if rule.max_sessions == "card":
+            cap = lgpu.encoder_cap
+            source = f"the published cap of the {gpu.name}"
+        else:
+            cap, source = rule.max_sessions, "the policy's max_sessions"
+        if cap is None or gpu.encoder_sessions < cap:
+            return None
+        what = (f"GPU {gpu.index} ({gpu.uuid}) runs {gpu.encoder_sessions} NVENC sessions, "
+                f"reaching {source} ({cap}): new encodes will fail")
+        return self.finding(Code.ENCODER_SATURATED, rule, gpu.uuid, "gpu", what, {})
+
+
+def _over(lasted: timedelta | None, after: timedelta) -> bool:
+    """Longer than ``after``; an unknown duration counts only when ``after`` is zero."""
+    if lasted is None:
+        return after == timedelta(0)
+    return lasted >= after if after == timedelta(0) else lasted > after
+
+
+def _human(span: timedelta | None) -> str:
+    seconds = int(span.total_seconds()) if span else 0
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    parts = [f"{days}d" if days else "", f"{hours}h" if hours else "",
+             f"{minutes}m" if minutes and not days else ""]
+    return "".join(parts) or f"{seconds}s"
+
+
+def _exempt(t: Tenant, rule: Rule) -> bool:
+    if t.process and any(fnmatch.fnmatchcase(t.process, g) for g in rule.ignore_processes):
+        return True
+    if t.container is None:
+        return False
+    if any(fnmatch.fnmatchcase(t.container.name, g) for g in rule.ignore_containers):
+        return True
+    return False
+
+
+def _alloc_words(t: Tenant) -> str:
+    a = t.alloc
+    assert a is not None  # noqa: S101 - callers check
+    return f"job {a.job}, task {a.task}, namespace {a.namespace}"
+
+
+def _owner(t: Tenant) -> str:
+    """Identity without the PID: allocation and task, else container, else command name."""
+    if t.alloc is not None:
+        return f"alloc:{t.alloc.id}/{t.alloc.task or ''}"
+    if t.container is not None:
+        return f"container:{t.container.runtime}/{t.container.name}"
+    return f"host:{t.process or ''}"
+
+
+def _subject(t: Tenant) -> dict[str, str | int | None]:
+    subject: dict[str, str | int | None] = {"pid": t.pid, "process": t.process}
+    if t.container is not None:
+        subject["container"] = t.container.id
+        subject["containerName"] = t.container.name
+    if t.alloc is not None:
+        subject.update(alloc=t.alloc.id, namespace=t.alloc.namespace, job=t.alloc.job,
+                       task=t.alloc.task)
+    return subject
+
+
+def _res_owner(lgpu: LedgerGpu) -> str:
+    res = lgpu.reservation
+    return f"alloc:{res.id}/{res.task or ''}" if res else ""
+
+
+def _res_subject(lgpu: LedgerGpu) -> dict[str, str | int | None]:
+    res = lgpu.reservation
+    if res is None:
+        return {}
+    return {"alloc": res.id, "namespace": res.namespace, "job": res.job, "task": res.task}

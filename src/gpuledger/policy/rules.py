@@ -1,0 +1,89 @@
+"""The policy as values: one rule per finding code, and overrides scoped by node, namespace, job.
+
+Overrides apply in order of specificity (how many of node, namespace, job they match on), the
+more specific last so that it wins; overrides equally specific apply in file order, the later
+winning. Each override changes only the keys it sets.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any, Literal
+
+from gpuledger.model import Code, Level
+
+MaxSessions = int | Literal["card"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The level (None: off) and thresholds of one finding code."""
+
+    level: Level | None
+    after: timedelta = timedelta(hours=6)
+    below_percent: float = 5.0
+    margin_c: int = 5
+    temp_max_c: int = 85
+    max_sessions: MaxSessions = "card"
+    ignore_processes: tuple[str, ...] = ()
+    ignore_containers: tuple[str, ...] = ()
+    ignore_labels: Mapping[str, str] = field(default_factory=dict)
+
+    def with_changes(self, changes: Mapping[str, Any]) -> Rule:
+        """This rule with the keys an override sets."""
+        return replace(self, **dict(changes))
+
+
+@dataclass(frozen=True)
+class Match:
+    """Globs on node, namespace and job; an absent key matches anything."""
+
+    node: str | None = None
+    namespace: str | None = None
+    job: str | None = None
+
+    @property
+    def specificity(self) -> int:
+        """How many keys this match sets."""
+        return sum(v is not None for v in (self.node, self.namespace, self.job))
+
+    def matches(self, node: str, namespace: str | None, job: str | None) -> bool:
+        """Whether every glob set here matches; a glob never matches an unknown value."""
+        pairs = ((self.node, node), (self.namespace, namespace), (self.job, job))
+        return all(
+            glob is None or (value is not None and fnmatch.fnmatchcase(value, glob))
+            for glob, value in pairs
+        )
+
+
+@dataclass(frozen=True)
+class Override:
+    """Rule changes that apply where ``match`` matches."""
+
+    match: Match
+    findings: Mapping[Code, Mapping[str, Any]]
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A loaded, validated policy."""
+
+    rules: Mapping[Code, Rule]
+    exit_on: Level = Level.BAD
+    overrides: tuple[Override, ...] = ()
+    source: str = "<built-in>"
+
+    def rule(self, code: Code, node: str, namespace: str | None = None,
+             job: str | None = None) -> Rule:
+        """The rule for ``code`` where a finding is about ``node``, ``namespace`` and ``job``."""
+        rule = self.rules[code]
+        ordered = sorted(enumerate(self.overrides), key=lambda p: (p[1].match.specificity, p[0]))
+        for _, override in ordered:
+            changes = override.findings.get(code)
+            if changes and override.match.matches(node, namespace, job):
+                rule = rule.with_changes(changes)
+        return rule

@@ -1,0 +1,154 @@
+"""A simulated node built from a scenario YAML: GPUs, processes, containers and Nomad.
+
+``World.start(scenario, directory)`` writes a fake ``nvidia-smi`` and a fake ``/proc`` under
+``directory``, serves a fake Docker and a fake Podman API on unix sockets there and a fake Nomad
+API on loopback, and returns the flags that point gpuledger's real command line at them.
+The world can be changed while it runs (``world.update(...)``): every fake re-reads it.
+
+Scenario keys (see ``scenarios/demo.yaml``): ``node`` {name, nomad_node_id}, ``driver_version``,
+``gpus`` [...], ``allocations`` [{id, namespace, job, group, client_status, tasks: {task: [uuid]}}],
+``gone_allocations`` [id], ``hidden_namespaces`` [ns], ``containers`` [{key, runtime, name,
+labels}], ``processes`` [{pid, gpu, name, used_memory, cmdline, owner}], where ``owner`` is
+``{container: key}``, ``{nomad_exec: {alloc, task}}`` or ``{host: true}``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuledger.sim.docker_api import FakeDockerApi
+from gpuledger.sim.nomad_api import FakeNomad
+from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
+from gpuledger.sim.proc import cgroup_text, write_proc_tree
+
+Scenario = dict[str, Any]
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """A built-in scenario by name (``demo``) or a scenario file by path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        text = path.read_text(encoding="utf-8")
+    else:
+        text = resources.files("gpuledger.sim").joinpath(
+            "scenarios", f"{name_or_path}.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{name_or_path}: a scenario must be a mapping")
+    return data
+
+
+def container_id(key: str) -> str:
+    """A stable 64-hex container id for a scenario's container key."""
+    return hashlib.sha256(f"gpuledger-sim/{key}".encode()).hexdigest()
+
+
+@dataclass
+class World:
+    """A running simulated node."""
+
+    directory: Path
+    scenario: Scenario
+    nvidia_smi: Path = field(init=False)
+    proc_root: Path = field(init=False)
+    docker: FakeDockerApi = field(init=False)
+    podman: FakeDockerApi = field(init=False)
+    nomad: FakeNomad = field(init=False)
+    nomad_url: str = field(init=False, default="")
+
+    @classmethod
+    def start(cls, scenario: Scenario, directory: Path) -> World:
+        """Build every fake under ``directory`` and start the servers."""
+        world = cls(directory=directory, scenario=copy.deepcopy(scenario))
+        directory.mkdir(parents=True, exist_ok=True)
+        world.proc_root = directory / "proc"
+        world.nvidia_smi = install_fake_nvidia_smi(directory, directory / "nvidia.json")
+        world.docker = FakeDockerApi(directory / "docker.sock", flavor="docker")
+        world.podman = FakeDockerApi(directory / "podman.sock", flavor="podman")
+        node = world.scenario.get("node", {})
+        world.nomad = FakeNomad(node["nomad_node_id"], node.get("name", "sim-gpu-node"))
+        world.docker.start()
+        world.podman.start()
+        world.nomad_url = world.nomad.start()
+        world.apply()
+        return world
+
+    @property
+    def node_id(self) -> str:
+        """The simulated node's Nomad node id."""
+        return str(self.scenario["node"]["nomad_node_id"])
+
+    def update(self, **changes: Any) -> None:
+        """Replace top-level scenario keys and make every fake show the new world."""
+        self.scenario.update(copy.deepcopy(changes))
+        self.apply()
+
+    def apply(self) -> None:
+        """Write the files and reload the servers from ``self.scenario``."""
+        s = self.scenario
+        processes = s.get("processes", [])
+        state = {
+            "driver_version": s.get("driver_version", "590.48.01"),
+            "legacy_fields": s.get("legacy_fields", False),
+            "fault": s.get("nvidia_fault"),
+            "gpus": s.get("gpus", []),
+            "processes": [{k: p.get(k) for k in ("gpu", "pid", "name", "used_memory")}
+                          for p in processes],
+        }
+        tmp = self.directory / "nvidia.json.tmp"
+        tmp.write_text(json.dumps(state), encoding="utf-8")
+        tmp.replace(self.directory / "nvidia.json")
+        containers = {c["key"]: c for c in s.get("containers", [])}
+        write_proc_tree(self.proc_root, [
+            {"pid": p["pid"], "cgroup": cgroup_text(self._owner(p, containers)),
+             "cmdline": p.get("cmdline") or [p.get("name") or "unknown"]}
+            for p in processes if not p.get("vanished")
+        ])
+        for runtime, api in (("docker", self.docker), ("podman", self.podman)):
+            api.set_containers([
+                {"id": container_id(c["key"]), "name": c["name"], "labels": c.get("labels", {}),
+                 "pid": self._first_pid(c["key"], processes)}
+                for c in containers.values() if c.get("runtime", "docker") == runtime
+                and not c.get("exited")
+            ])
+        self.nomad.set_allocations(s.get("allocations", []))
+        self.nomad.set_gone(s.get("gone_allocations", []))
+        self.nomad.set_hidden_namespaces(set(s.get("hidden_namespaces", [])))
+
+    @staticmethod
+    def _owner(process: dict[str, Any], containers: dict[str, Any]) -> dict[str, Any]:
+        owner: dict[str, Any] = process.get("owner") or {"host": True}
+        if "container" in owner:
+            c = containers[owner["container"]]
+            runtime = c.get("runtime", "docker")
+            return {"podman" if runtime == "podman" else "docker": container_id(c["key"])}
+        return owner
+
+    @staticmethod
+    def _first_pid(key: str, processes: list[dict[str, Any]]) -> int:
+        pids = [p["pid"] for p in processes if (p.get("owner") or {}).get("container") == key]
+        return min(pids) if pids else 0
+
+    def cli_args(self, *, docker: bool = True, podman: bool = True) -> list[str]:
+        """The flags that point gpuledger at this world."""
+        return [
+            "--gpu-backend", "nvidia-smi", "--nvidia-smi", str(self.nvidia_smi),
+            "--proc-root", str(self.proc_root),
+            "--docker", f"unix://{self.docker.socket_path}" if docker else "off",
+            "--podman", f"unix://{self.podman.socket_path}" if podman else "off",
+            "--nomad-addr", self.nomad_url, "--nomad-node-id", self.node_id,
+        ]
+
+    def stop(self) -> None:
+        """Stop every server this world started."""
+        self.nomad.stop()
+        self.docker.stop()
+        self.podman.stop()
