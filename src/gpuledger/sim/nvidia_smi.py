@@ -1,0 +1,446 @@
+"""A fake ``nvidia-smi``: ``python -m gpuledger.sim.nvidia_smi --query-gpu=… --format=csv``.
+
+It reads its world at every call from the JSON file named by ``GPULEDGER_SIM_NVIDIA``, so a test
+changes the machine by rewriting that file. It imitates the real tool as ``notes/nvidia.md``
+describes it (§1, §2, §3), and shares no code with the collector it fakes::
+
+    {"driver_version": "590.48.01", "legacy_fields": false, "fault": null,
+     "gpus": [{"index": 0, "uuid": "GPU-…", "name": "NVIDIA H200", "utilization": 87,
+               "memory_used": 40000, "memory_total": 143771, "memory_reserved": 0,
+               "temperature": 54, "tlimit": 30, "hw_thermal_slowdown": false,
+               "sw_thermal_slowdown": false, "encoder_sessions": 0, "mig": false,
+               "pci_bus_id": "00000000:83:00.0", "lost": false}],
+     "processes": [{"gpu": "GPU-…", "pid": 4242, "name": "python3", "used_memory": 1000,
+                    "vanishes": false}]}
+
+``null`` prints ``[N/A]`` (``[Not Found]`` for a process name); a MIG GPU prints ``[N/A]``
+utilisation. ``legacy_fields`` plays a driver before 535: no ``temperature.gpu.tlimit``, only
+the ``clocks_throttle_reasons.*`` names, and ``memory.used`` that includes the reserved memory.
+A process that ``vanishes`` has exited before this call. ``fault`` is one of ``no-driver``
+(exit 9), ``version-mismatch`` (exit 18), ``gpu-lost`` (the GPU marked ``lost``, else the
+first), ``garbage`` (exit 0, unparsable) or ``hang`` (never answers; a forked child keeps stdout
+open, for ``hang_seconds``, default 3600). ``call_log`` names a file each call appends its
+arguments to; ``pid_file`` one where ``hang`` writes its PIDs.
+
+Replaying a real capture: ``"capture": DIR`` with ``"capture_phase": "idle"|"load"`` answers
+from ``DIR/<phase>-query-gpu.csv`` and ``DIR/<phase>-query-compute-apps.csv`` (columns chosen
+by header name, aliases and unknown fields per ``DIR/help-query-*.txt``). ``"capture": FILE``
+reads a file of ``# nvidia-smi <args>`` sections (the legacy 465.27 sample); a capture without
+a compute-apps section answers with no processes. Relative paths are relative to the state file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+ENV = "GPULEDGER_SIM_NVIDIA"
+
+_NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+    "that the latest NVIDIA driver is installed and running."
+)
+_MISMATCH = (
+    "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 535.161"
+)
+_BAD_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
+
+Getter = Callable[[dict[str, Any], dict[str, Any]], Any]
+
+
+class _ExitError(Exception):
+    """Stop with this status after printing ``out`` (stdout) and ``err`` (stderr)."""
+
+    def __init__(self, status: int, out: str = "", err: str = "") -> None:
+        super().__init__(status)
+        self.status = status
+        self.out = out
+        self.err = err
+
+
+def _word(value: Any, yes: str, no: str) -> str | None:
+    return None if value is None else (yes if value else no)
+
+
+def _used(gpu: dict[str, Any], state: dict[str, Any]) -> Any:
+    used = gpu.get("memory_used")
+    if used is not None and state.get("legacy_fields"):
+        # Before memory.reserved existed, used memory included it.
+        return used + gpu.get("memory_reserved", 0)
+    return used
+
+
+# canonical name → (unit, value). The throttle names are aliases of the event names (§1.2).
+_GPU_COLUMNS: dict[str, tuple[str, Getter]] = {
+    "index": ("", lambda g, s: g["index"]),
+    "count": ("", lambda g, s: len(s["gpus"])),
+    "uuid": ("", lambda g, s: g["uuid"]),
+    "name": ("", lambda g, s: g["name"]),
+    "pci.bus_id": ("", lambda g, s: g.get("pci_bus_id")),
+    "driver_version": ("", lambda g, s: s.get("driver_version")),
+    "utilization.gpu": ("%", lambda g, s: None if g.get("mig") else g.get("utilization")),
+    "memory.used": ("MiB", _used),
+    "memory.total": ("MiB", lambda g, s: g.get("memory_total")),
+    "temperature.gpu": ("", lambda g, s: g.get("temperature")),
+    "temperature.gpu.tlimit": ("", lambda g, s: g.get("tlimit")),
+    "clocks_event_reasons.hw_thermal_slowdown": (
+        "",
+        lambda g, s: _word(g.get("hw_thermal_slowdown"), "Active", "Not Active"),
+    ),
+    "clocks_event_reasons.sw_thermal_slowdown": (
+        "",
+        lambda g, s: _word(g.get("sw_thermal_slowdown"), "Active", "Not Active"),
+    ),
+    "encoder.stats.sessionCount": ("", lambda g, s: g.get("encoder_sessions")),
+    "mig.mode.current": ("", lambda g, s: _word(g.get("mig"), "Enabled", "Disabled")),
+}
+_GPU_ALIASES = {"gpu_uuid": "uuid", "gpu_name": "name", "gpu_bus_id": "pci.bus_id"}
+
+_APP_COLUMNS: dict[str, tuple[str, Getter]] = {
+    "gpu_uuid": ("", lambda p, g: g["uuid"]),
+    "gpu_name": ("", lambda p, g: g["name"]),
+    "gpu_bus_id": ("", lambda p, g: g.get("pci_bus_id")),
+    "pid": ("", lambda p, g: p["pid"]),
+    "process_name": ("", lambda p, g: "[Not Found]" if p.get("name") is None else p["name"]),
+    "used_gpu_memory": ("MiB", lambda p, g: p.get("used_memory")),
+}
+_APP_ALIASES = {"name": "process_name", "used_memory": "used_gpu_memory"}
+
+
+def _invalid(name: str) -> _ExitError:
+    # Exactly as the real tool: message on stdout, a blank line, stderr empty, exit 2 (§3.2).
+    return _ExitError(2, f'Field "{name}" is not a valid field to query.\n\n')
+
+
+def _resolve_gpu_field(name: str, legacy: bool) -> tuple[str, str]:
+    """(header shown, canonical key) for a --query-gpu field of the synthetic driver."""
+    if name.startswith("clocks_throttle_reasons."):
+        key = "clocks_event_reasons." + name.removeprefix("clocks_throttle_reasons.")
+        if key not in _GPU_COLUMNS:
+            raise _invalid(name)
+        # 535+ accepts the old name but prints the new one in the header.
+        return (name if legacy else key), key
+    if legacy and (name.startswith("clocks_event_reasons.") or name == "temperature.gpu.tlimit"):
+        raise _invalid(name)
+    key = _GPU_ALIASES.get(name, name)
+    if key not in _GPU_COLUMNS:
+        raise _invalid(name)
+    return key, key
+
+
+def _render(value: Any, unit: str, units: bool) -> str:
+    if value is None:
+        return "[N/A]"
+    text = str(value)
+    return f"{text} {unit}" if units and unit and not text.startswith("[") else text
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], header: bool) -> str:
+    lines = [", ".join(headers)] if header else []
+    lines += [", ".join(row) for row in rows]
+    return "".join(line + "\n" for line in lines)
+
+
+class _Format(NamedTuple):
+    header: bool
+    units: bool
+
+
+def _parse_format(text: str | None) -> _Format:
+    parts = set((text or "").split(","))
+    if "csv" not in parts or not parts <= {"csv", "noheader", "nounits"}:
+        raise _ExitError(2, _BAD_ARGS + "\n")
+    return _Format(header="noheader" not in parts, units="nounits" not in parts)
+
+
+def _query_gpu(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> str:
+    legacy = bool(state.get("legacy_fields"))
+    resolved = [_resolve_gpu_field(name, legacy) for name in names]
+    headers = []
+    for shown, key in resolved:
+        unit = _GPU_COLUMNS[key][0]
+        # The header keeps its [unit] even with nounits (§1.4).
+        headers.append(f"{shown} [{unit}]" if unit else shown)
+    rows = [
+        [
+            _render(_GPU_COLUMNS[key][1](gpu, state), _GPU_COLUMNS[key][0], fmt.units)
+            for _, key in resolved
+        ]
+        for gpu in state["gpus"]
+    ]
+    return _table(headers, rows, fmt.header)
+
+
+def _query_apps(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> str:
+    keys = []
+    for name in names:
+        key = _APP_ALIASES.get(name, name)
+        if key not in _APP_COLUMNS:
+            raise _invalid(name)
+        keys.append(key)
+    headers = [f"{key} [{_APP_COLUMNS[key][0]}]" if _APP_COLUMNS[key][0] else key for key in keys]
+    rows = []
+    # One GPU after the other, as the driver lists them.
+    for gpu in state["gpus"]:
+        for proc in state.get("processes", []):
+            if proc["gpu"] != gpu["uuid"] or proc.get("vanishes"):
+                continue
+            rows.append(
+                [
+                    _render(_APP_COLUMNS[k][1](proc, gpu), _APP_COLUMNS[k][0], fmt.units)
+                    for k in keys
+                ]
+            )
+    return _table(headers, rows, fmt.header)
+
+
+def _list_gpus(state: dict[str, Any]) -> str:
+    return "".join(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})\n" for g in state["gpus"])
+
+
+# --------------------------------------------------------------------------- captures
+
+
+_UNIT = re.compile(r"^(.*?) \[([^\]]+)\]$")
+
+
+class _Csv(NamedTuple):
+    """A captured ``--format=csv`` table: header names without units, units, rows of cells."""
+
+    names: list[str]
+    units: list[str]
+    headers: list[str]
+    rows: list[list[str]]
+
+    @classmethod
+    def parse(cls, text: str) -> _Csv:
+        lines = [line for line in text.splitlines() if line.strip()]
+        headers = lines[0].split(", ") if lines else []
+        split = [_UNIT.match(h) for h in headers]
+        names = [m.group(1) if m else h for m, h in zip(split, headers, strict=True)]
+        units = [m.group(2) if m else "" for m in split]
+        rows = [line.split(", ") for line in lines[1:]]
+        for row in rows:
+            if len(row) != len(headers):
+                raise _ExitError(
+                    255, err=f"fake nvidia-smi: capture row does not fit its header: {row}\n"
+                )
+        return cls(names, units, headers, rows)
+
+
+def _aliases(help_text: str | None) -> dict[str, list[str]] | None:
+    """Field name → every name of that field, from ``--help-query-*`` output."""
+    if help_text is None:
+        return None
+    table: dict[str, list[str]] = {}
+    for line in help_text.splitlines():
+        if line.startswith('"'):
+            names = re.findall(r'"([^"]+)"', line)
+            for name in names:
+                table[name] = names
+    return table
+
+
+class _Capture(NamedTuple):
+    gpu: _Csv
+    apps: _Csv | None
+    gpu_help: dict[str, list[str]] | None
+    apps_help: dict[str, list[str]] | None
+    list_gpus: str
+
+
+def _sections(text: str) -> dict[str, str]:
+    """``# nvidia-smi <args>`` heading → the text below it."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("# nvidia-smi "):
+            current = sections.setdefault(line.removeprefix("# nvidia-smi ").strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {k: "\n".join(v) for k, v in sections.items()}
+
+
+def _section(sections: dict[str, str], prefix: str) -> str | None:
+    return next((body for args, body in sections.items() if args.startswith(prefix)), None)
+
+
+def _load_capture(state: dict[str, Any], base: Path) -> _Capture:
+    path = base / str(state["capture"])
+    if path.is_dir():
+        phase = state["capture_phase"]
+
+        def read(name: str) -> str:
+            return (path / name).read_text(encoding="utf-8")
+
+        return _Capture(
+            gpu=_Csv.parse(read(f"{phase}-query-gpu.csv")),
+            apps=_Csv.parse(read(f"{phase}-query-compute-apps.csv")),
+            gpu_help=_aliases(read("help-query-gpu.txt")),
+            apps_help=_aliases(read("help-query-compute-apps.txt")),
+            list_gpus=read("list-gpus.txt"),
+        )
+    sections = _sections(path.read_text(encoding="utf-8"))
+    apps = _section(sections, "--query-compute-apps")
+    return _Capture(
+        gpu=_Csv.parse(_section(sections, "--query-gpu") or ""),
+        apps=None if apps is None else _Csv.parse(apps),
+        gpu_help=_aliases(_section(sections, "--help-query-gpu")),
+        apps_help=_aliases(_section(sections, "--help-query-compute-apps")),
+        list_gpus=(_section(sections, "--list-gpus") or "").strip() + "\n",
+    )
+
+
+def _column(table: _Csv, known: dict[str, list[str]] | None, name: str) -> int:
+    """The index of the captured column for the field ``name``, under any of its spellings."""
+    spellings = [name] if known is None else known.get(name)
+    if spellings is None:
+        raise _invalid(name)
+    for spelling in spellings:
+        if spelling in table.names:
+            return table.names.index(spelling)
+    raise _ExitError(255, err=f"fake nvidia-smi: the capture has no column {name!r}\n")
+
+
+def _replay(
+    table: _Csv | None, known: dict[str, list[str]] | None, names: Sequence[str], fmt: _Format
+) -> str:
+    if table is None:
+        return _table(list(names), [], fmt.header)
+    columns = [_column(table, known, name) for name in names]
+    rows = []
+    for row in table.rows:
+        cells = []
+        for i in columns:
+            cell, unit = row[i], table.units[i]
+            if not fmt.units and unit:
+                cell = cell.removesuffix(" " + unit)
+            cells.append(cell)
+        rows.append(cells)
+    return _table([table.headers[i] for i in columns], rows, fmt.header)
+
+
+# --------------------------------------------------------------------------- the tool
+
+
+def _fault(state: dict[str, Any]) -> None:
+    fault = state.get("fault")
+    if fault is None:
+        return
+    if fault == "no-driver":
+        raise _ExitError(9, _NO_DRIVER + "\n")
+    if fault == "version-mismatch":
+        raise _ExitError(18, _MISMATCH + "\n")
+    if fault == "gpu-lost":
+        lost = next((g for g in state["gpus"] if g.get("lost")), state["gpus"][0])
+        bus = str(lost.get("pci_bus_id", "00000000:00:00.0"))[-12:]
+        raise _ExitError(
+            15,
+            f"Unable to determine the device handle for GPU {bus}: GPU is lost. "
+            "Reboot the system to recover this GPU\n",
+        )
+    if fault == "garbage":
+        raise _ExitError(0, "\x00\x7fELF\ufffd\ufffd segfault?\n<<<NVSMI_GARBAGE>>>\n")
+    if fault == "hang":
+        _hang(state)
+    raise _ExitError(255, err=f"fake nvidia-smi: unknown fault {fault!r}\n")
+
+
+def _hang(state: dict[str, Any]) -> None:
+    seconds = float(state.get("hang_seconds", 3600))
+    # The child inherits stdout and keeps it open, as the wedged nvidia-smi of §3.2 does.
+    child = os.fork()
+    if child == 0:
+        time.sleep(seconds)
+        os._exit(0)
+    if state.get("pid_file"):
+        Path(state["pid_file"]).write_text(f"{os.getpid()} {child}\n", encoding="utf-8")
+    time.sleep(seconds)
+    raise _ExitError(0)
+
+
+def _options(argv: Sequence[str]) -> dict[str, str | None]:
+    options: dict[str, str | None] = {}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in ("-L", "--list-gpus"):
+            options["list"] = None
+            continue
+        name, eq, value = arg.partition("=")
+        if name not in ("--query-gpu", "--query-compute-apps", "--format"):
+            raise _ExitError(2, _BAD_ARGS + "\n")
+        if not eq:
+            if not args:
+                raise _ExitError(2, _BAD_ARGS + "\n")
+            value = args.pop(0)
+        options[name] = value
+    return options
+
+
+def _answer(argv: Sequence[str], state: dict[str, Any], base: Path) -> str:
+    """What nvidia-smi prints for ``argv``; a failure raises ``_ExitError``."""
+    _fault(state)
+    options = _options(argv)
+    capture = _load_capture(state, base) if state.get("capture") else None
+    if "list" in options:
+        return capture.list_gpus if capture else _list_gpus(state)
+    fmt = _parse_format(options.get("--format"))
+    if options.get("--query-gpu"):
+        names = str(options["--query-gpu"]).split(",")
+        if capture:
+            return _replay(capture.gpu, capture.gpu_help, names, fmt)
+        return _query_gpu(state, names, fmt)
+    if options.get("--query-compute-apps"):
+        names = str(options["--query-compute-apps"]).split(",")
+        if capture:
+            return _replay(capture.apps, capture.apps_help, names, fmt)
+        return _query_apps(state, names, fmt)
+    raise _ExitError(2, _BAD_ARGS + "\n")
+
+
+def run(argv: Sequence[str], state_file: Path) -> tuple[int, str, str]:
+    """Run the fake with ``argv`` against the world in ``state_file``: (status, stdout, stderr)."""
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    if state.get("call_log"):
+        with open(state["call_log"], "a", encoding="utf-8") as log:
+            log.write(shlex.join(argv) + "\n")
+    try:
+        return 0, _answer(argv, state, state_file.parent), ""
+    except _ExitError as done:
+        return done.status, done.out, done.err
+
+
+def main() -> int:
+    """The ``nvidia-smi`` entry point."""
+    status, out, err = run(sys.argv[1:], Path(os.environ[ENV]))
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return status
+
+
+def install_fake_nvidia_smi(directory: Path, state_file: Path) -> Path:
+    """Write an executable ``directory/nvidia-smi`` that runs this fake on ``state_file``."""
+    path = directory / "nvidia-smi"
+    # The script by its path, without site: `-m gpuledger.sim.nvidia_smi` would import the
+    # package (importlib.metadata) and triple the cost of every call a test makes.
+    script = Path(__file__).resolve()
+    path.write_text(
+        "#!/bin/sh\n"
+        f"GPULEDGER_SIM_NVIDIA={shlex.quote(str(state_file))} "
+        f'exec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(script))} "$@"\n',
+        encoding="utf-8",
+    )
+    path.chmod(0o755)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())
