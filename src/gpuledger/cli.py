@@ -14,7 +14,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TextIO
 
@@ -25,7 +25,12 @@ from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import PolicyError, UsageError
 from gpuledger.model import Ledger, Level, findings_doc, ledger_doc
-from gpuledger.policy.load import default_policy, default_policy_text, load_policy
+from gpuledger.policy.load import (
+    default_policy,
+    default_policy_text,
+    load_policy,
+    parse_duration,
+)
 from gpuledger.policy.rules import Policy
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
@@ -35,8 +40,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors that say where to look for help."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n"
-                              f"Run '{self.prog} --help' for the options.\n")
+        self.exit(
+            EXIT_USAGE,
+            f"{self.prog}: error: {message}\nRun '{self.prog} --help' for the options.\n",
+        )
 
 
 def _level(text: str) -> Level:
@@ -46,71 +53,163 @@ def _level(text: str) -> Level:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _duration(text: str) -> timedelta:
+    try:
+        span = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if span <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0s")
+    return span
+
+
 def _source_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("GPU and /proc")
-    g.add_argument("--gpu-backend", choices=("auto", "nvml", "nvidia-smi"), default="auto",
-                   help="how to read the GPUs (auto: NVML when the library loads, else "
-                        "nvidia-smi)")
-    g.add_argument("--nvidia-smi", default="nvidia-smi", metavar="PATH",
-                   help="the nvidia-smi executable (default: from PATH)")
-    g.add_argument("--proc-root", type=Path, default=Path("/proc"), metavar="DIR",
-                   help="the host's /proc (default: /proc)")
-    g.add_argument("--commands", choices=("full", "redacted", "none"), default="redacted",
-                   help="how tenants' command lines are shown (default: redacted: the values "
-                        "of options that look like secrets become ***)")
+    g.add_argument(
+        "--gpu-backend",
+        choices=("auto", "nvml", "nvidia-smi"),
+        default="auto",
+        help="how to read the GPUs (auto: NVML when the library loads, else nvidia-smi)",
+    )
+    g.add_argument(
+        "--nvidia-smi",
+        default="nvidia-smi",
+        metavar="PATH",
+        help="the nvidia-smi executable (default: from PATH)",
+    )
+    g.add_argument(
+        "--proc-root",
+        type=Path,
+        default=Path("/proc"),
+        metavar="DIR",
+        help="the host's /proc (default: /proc)",
+    )
+    g.add_argument(
+        "--commands",
+        choices=("full", "redacted", "none"),
+        default="redacted",
+        help="how tenants' command lines are shown (default: redacted: the values "
+        "of options that look like secrets become ***)",
+    )
     r = p.add_argument_group("container runtimes")
-    r.add_argument("--docker", metavar="URL|off",
-                   help="Docker API (default: unix:///var/run/docker.sock when it exists, "
-                        "else off)")
-    r.add_argument("--podman", metavar="URL|off",
-                   help="Podman API (default: unix:///run/podman/podman.sock when it exists, "
-                        "else off)")
+    r.add_argument(
+        "--docker",
+        metavar="URL|off",
+        help="Docker API (default: unix:///var/run/docker.sock when it exists, else off)",
+    )
+    r.add_argument(
+        "--podman",
+        metavar="URL|off",
+        help="Podman API (default: unix:///run/podman/podman.sock when it exists, else off)",
+    )
     n = p.add_argument_group("Nomad (flags override the NOMAD_* environment, as the Nomad CLI)")
-    n.add_argument("--nomad-addr", metavar="URL",
-                   help="Nomad's address (default: $NOMAD_ADDR, else http://127.0.0.1:4646)")
-    n.add_argument("--nomad-node-id", metavar="ID",
-                   help="this node's Nomad node id (default: from /v1/agent/self)")
-    n.add_argument("--no-nomad", action="store_true",
-                   help="do not read Nomad: every GPU is unknown, no task is judged")
-    n.add_argument("--nomad-token-file", type=Path, metavar="FILE",
-                   help="read the token from FILE at every read (a workload identity)")
+    n.add_argument(
+        "--nomad-addr",
+        metavar="URL",
+        help="Nomad's address (default: $NOMAD_ADDR, else http://127.0.0.1:4646)",
+    )
+    n.add_argument(
+        "--nomad-node-id",
+        metavar="ID",
+        help="this node's Nomad node id (default: from /v1/agent/self)",
+    )
+    n.add_argument(
+        "--no-nomad",
+        action="store_true",
+        help="do not read Nomad: every GPU is unknown, no task is judged",
+    )
+    n.add_argument(
+        "--nomad-token-file",
+        type=Path,
+        metavar="FILE",
+        help="read the token from FILE at every read (a workload identity)",
+    )
     n.add_argument("--nomad-ca-cert", type=Path, metavar="FILE", help="($NOMAD_CACERT)")
     n.add_argument("--nomad-ca-path", type=Path, metavar="DIR", help="($NOMAD_CAPATH)")
-    n.add_argument("--nomad-client-cert", type=Path, metavar="FILE",
-                   help="($NOMAD_CLIENT_CERT)")
+    n.add_argument("--nomad-client-cert", type=Path, metavar="FILE", help="($NOMAD_CLIENT_CERT)")
     n.add_argument("--nomad-client-key", type=Path, metavar="FILE", help="($NOMAD_CLIENT_KEY)")
     n.add_argument("--nomad-tls-server-name", metavar="NAME", help="($NOMAD_TLS_SERVER_NAME)")
-    n.add_argument("--nomad-skip-verify", action="store_true", default=None,
-                   help="do not verify Nomad's certificate ($NOMAD_SKIP_VERIFY); insecure")
-    p.add_argument("--policy", type=Path, metavar="FILE",
-                   help="the policy file (default: the built-in policy)")
-    p.add_argument("--node-name", default=socket.gethostname(), metavar="NAME",
-                   help="the node's name in the output (default: the host name)")
+    n.add_argument(
+        "--nomad-skip-verify",
+        action="store_true",
+        default=None,
+        help="do not verify Nomad's certificate ($NOMAD_SKIP_VERIFY); insecure",
+    )
+    p.add_argument(
+        "--policy", type=Path, metavar="FILE", help="the policy file (default: the built-in policy)"
+    )
+    p.add_argument(
+        "--node-name",
+        default=socket.gethostname(),
+        metavar="NAME",
+        help="the node's name in the output (default: the host name)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     parser = _Parser(prog="gpuledger", description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"gpuledger {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=_Parser)
-    ls = sub.add_parser("ls", help="the node's ledger: every GPU, its state, reservation and "
-                                   "tenants", description="Print the node's ledger.")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+    ls = sub.add_parser(
+        "ls",
+        help="the node's ledger: every GPU, its state, reservation and tenants",
+        description="Print the node's ledger.",
+    )
     ls.add_argument("--json", action="store_true", help="the JSON document (schema 1)")
     _source_options(ls)
-    check = sub.add_parser("check", help="the node's findings; exit 1 when one is at or above "
-                                         "--exit-on", description="Print the node's findings.")
+    check = sub.add_parser(
+        "check",
+        help="the node's findings; exit 1 when one is at or above --exit-on",
+        description="Print the node's findings.",
+    )
     check.add_argument("--json", action="store_true", help="the JSON document (schema 1)")
-    check.add_argument("--exit-on", type=_level, metavar="LEVEL",
-                       help="OK, WARN, BAD or ERROR (default: the policy's exit_on)")
+    check.add_argument(
+        "--exit-on",
+        type=_level,
+        metavar="LEVEL",
+        help="OK, WARN, BAD or ERROR (default: the policy's exit_on)",
+    )
     _source_options(check)
-    pol = sub.add_parser("policy", help="show or validate a policy")
-    psub = pol.add_subparsers(dest="policy_command", required=True, metavar="ACTION",
-                              parser_class=_Parser)
+    serve = sub.add_parser(
+        "serve",
+        help="the node controller: reconcile every --interval and "
+        "serve /ledger, /findings, /metrics, /healthz",
+        description="Run the node controller.",
+    )
+    serve.add_argument(
+        "--listen",
+        default=":9877",
+        metavar="HOST:PORT",
+        help="where to serve HTTP (default :9877, every address)",
+    )
+    serve.add_argument(
+        "--interval",
+        type=_duration,
+        default=_duration("15s"),
+        metavar="DURATION",
+        help="time between reconciles (default 15s)",
+    )
+    serve.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="keep since-when and counters in FILE across restarts",
+    )
+    _source_options(serve)
+    pol = sub.add_parser("policy", help="show, validate or test a policy")
+    psub = pol.add_subparsers(
+        dest="policy_command", required=True, metavar="ACTION", parser_class=_Parser
+    )
     show = psub.add_parser("show", help="print a policy (--default: the built-in one)")
     show.add_argument("--default", action="store_true", help="the built-in policy")
     pcheck = psub.add_parser("check", help="validate a policy file; exit 1 on problems")
     pcheck.add_argument("file", type=Path)
+    psub.add_parser("schema", help="print the policy's JSON Schema")
+    ptest = psub.add_parser("test", help="run policy test files; exit 1 on a failing case")
+    ptest.add_argument("files", type=Path, nargs="+", metavar="FILE")
     demo = sub.add_parser("demo", help="a simulated node with every state and finding")
     demo.add_argument("--json", action="store_true", help="print the JSON documents")
     return parser
@@ -127,10 +226,15 @@ def _nomad_settings(args: argparse.Namespace) -> NomadSettings | None:
         return None
     settings = settings_from_env(os.environ)
     flags = {
-        "addr": args.nomad_addr, "node_id": args.nomad_node_id, "token_file": args.nomad_token_file,
-        "ca_cert": args.nomad_ca_cert, "ca_path": args.nomad_ca_path,
-        "client_cert": args.nomad_client_cert, "client_key": args.nomad_client_key,
-        "tls_server_name": args.nomad_tls_server_name, "skip_verify": args.nomad_skip_verify,
+        "addr": args.nomad_addr,
+        "node_id": args.nomad_node_id,
+        "token_file": args.nomad_token_file,
+        "ca_cert": args.nomad_ca_cert,
+        "ca_path": args.nomad_ca_path,
+        "client_cert": args.nomad_client_cert,
+        "client_key": args.nomad_client_key,
+        "tls_server_name": args.nomad_tls_server_name,
+        "skip_verify": args.nomad_skip_verify,
     }
     return dataclasses.replace(settings, **{k: v for k, v in flags.items() if v is not None})
 
@@ -138,11 +242,16 @@ def _nomad_settings(args: argparse.Namespace) -> NomadSettings | None:
 def source_config(args: argparse.Namespace) -> SourceConfig:
     """The sources the flags name; ``UsageError`` for a flag's value that cannot be used."""
     if not args.proc_root.is_dir():
-        raise UsageError(f"--proc-root {args.proc_root}: no such directory; pass the host's "
-                         "/proc (default /proc)")
+        raise UsageError(
+            f"--proc-root {args.proc_root}: no such directory; pass the host's "
+            "/proc (default /proc)"
+        )
     return SourceConfig(
-        gpu_backend=args.gpu_backend, nvidia_smi=args.nvidia_smi, proc_root=args.proc_root,
-        docker=_url(args.docker, "docker"), podman=_url(args.podman, "podman"),
+        gpu_backend=args.gpu_backend,
+        nvidia_smi=args.nvidia_smi,
+        proc_root=args.proc_root,
+        docker=_url(args.docker, "docker"),
+        podman=_url(args.podman, "podman"),
         nomad=_nomad_settings(args),
     )
 
@@ -157,8 +266,14 @@ def _now() -> datetime:
 
 def _ledger(args: argparse.Namespace) -> tuple[Ledger, Policy]:
     policy = _policy(args)
-    ledger = one_shot(source_config(args), policy, node_name=args.node_name, at=_now(),
-                      version=__version__, commands=args.commands)
+    ledger = one_shot(
+        source_config(args),
+        policy,
+        node_name=args.node_name,
+        at=_now(),
+        version=__version__,
+        commands=args.commands,
+    )
     return ledger, policy
 
 
@@ -190,12 +305,21 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
-    """``gpuledger policy show|check``."""
+    """``gpuledger policy show|check|schema|test``."""
     if args.policy_command == "show":
         if not args.default:
             raise UsageError("policy show: pass --default to print the built-in policy")
         out.write(default_policy_text())
         return EXIT_OK
+    if args.policy_command == "schema":
+        from gpuledger.policy.schema import schema_text  # noqa: PLC0415
+
+        out.write(schema_text())
+        return EXIT_OK
+    if args.policy_command == "test":
+        from gpuledger.policy.testing import run_policy_tests  # noqa: PLC0415
+
+        return run_policy_tests(args.files, out)
     try:
         load_policy(args.file)
     except PolicyError as exc:
@@ -205,6 +329,13 @@ def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    """``gpuledger serve``."""
+    from gpuledger.web.serve import serve  # noqa: PLC0415 - the server loads only to serve
+
+    return serve(args, source_config(args), _policy(args), out)
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger demo``."""
     from gpuledger.demo import run_demo  # noqa: PLC0415 - the simulator loads only for the demo
@@ -212,7 +343,13 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     return run_demo(out, as_json=args.json)
 
 
-COMMANDS = {"ls": cmd_ls, "check": cmd_check, "policy": cmd_policy, "demo": cmd_demo}
+COMMANDS = {
+    "ls": cmd_ls,
+    "check": cmd_check,
+    "serve": cmd_serve,
+    "policy": cmd_policy,
+    "demo": cmd_demo,
+}
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

@@ -390,32 +390,55 @@ def _iso(at: datetime | None) -> str | None:
 def _alloc_doc(ref: AllocRef | None) -> dict[str, str | None] | None:
     if ref is None:
         return None
-    return {"allocId": ref.id, "namespace": ref.namespace, "job": ref.job, "group": ref.group,
-            "task": ref.task}
+    return {
+        "allocId": ref.id,
+        "namespace": ref.namespace,
+        "job": ref.job,
+        "group": ref.group,
+        "task": ref.task,
+    }
 
 
 def _tenant_doc(t: Tenant) -> dict[str, object]:
     alloc = None
     if t.alloc is not None:
-        alloc = {"id": t.alloc.id, "namespace": t.alloc.namespace, "job": t.alloc.job,
-                 "group": t.alloc.group, "task": t.alloc.task}
+        alloc = {
+            "id": t.alloc.id,
+            "namespace": t.alloc.namespace,
+            "job": t.alloc.job,
+            "group": t.alloc.group,
+            "task": t.alloc.task,
+        }
     container = None
     if t.container is not None:
-        container = {"id": t.container.id, "name": t.container.name,
-                     "runtime": t.container.runtime}
-    return {"pid": t.pid, "process": t.process, "command": t.command,
-            "usedMemoryMiB": t.used_memory_mib, "container": container, "alloc": alloc,
-            "allocFromName": t.alloc_from_name, "allocVisible": t.alloc_visible}
+        container = {"id": t.container.id, "name": t.container.name, "runtime": t.container.runtime}
+    return {
+        "pid": t.pid,
+        "process": t.process,
+        "command": t.command,
+        "usedMemoryMiB": t.used_memory_mib,
+        "container": container,
+        "alloc": alloc,
+        "allocFromName": t.alloc_from_name,
+        "allocVisible": t.alloc_visible,
+    }
 
 
 def _gpu_doc(lg: LedgerGpu) -> dict[str, object]:
     g = lg.gpu
     return {
-        "index": g.index, "uuid": g.uuid, "name": g.name, "state": lg.state.value,
-        "stateSince": _iso(lg.state_since), "utilizationPercent": g.utilization_percent,
-        "memoryUsedMiB": g.memory_used_mib, "memoryTotalMiB": g.memory_total_mib,
-        "temperatureC": g.temperature_c, "thermalMarginC": g.thermal_margin_c,
-        "thermalSlowdown": g.thermal_slowdown, "encoderSessions": g.encoder_sessions,
+        "index": g.index,
+        "uuid": g.uuid,
+        "name": g.name,
+        "state": lg.state.value,
+        "stateSince": _iso(lg.state_since),
+        "utilizationPercent": g.utilization_percent,
+        "memoryUsedMiB": g.memory_used_mib,
+        "memoryTotalMiB": g.memory_total_mib,
+        "temperatureC": g.temperature_c,
+        "thermalMarginC": g.thermal_margin_c,
+        "thermalSlowdown": g.thermal_slowdown,
+        "encoderSessions": g.encoder_sessions,
         "reservation": _alloc_doc(lg.reservation),
         "tenants": [_tenant_doc(t) for t in lg.tenants],
     }
@@ -423,8 +446,15 @@ def _gpu_doc(lg: LedgerGpu) -> dict[str, object]:
 
 def finding_doc(f: Finding) -> dict[str, object]:
     """One finding as the JSON contract shows it."""
-    return {"code": f.code.value, "level": f.level.name, "gpu": f.gpu, "node": f.node,
-            "message": f.message, "subject": dict(f.subject), "since": _iso(f.since)}
+    return {
+        "code": f.code.value,
+        "level": f.level.name,
+        "gpu": f.gpu,
+        "node": f.node,
+        "message": f.message,
+        "subject": dict(f.subject),
+        "since": _iso(f.since),
+    }
 
 
 def node_doc(node: NodeInfo) -> dict[str, str | None]:
@@ -438,8 +468,10 @@ def ledger_doc(ledger: Ledger) -> dict[str, object]:
         "schema": SCHEMA,
         "node": node_doc(ledger.node),
         "at": _iso(ledger.at),
-        "sources": {name.value: {"ok": s.ok, "error": s.error, "enabled": s.enabled}
-                    for name, s in ledger.sources.items()},
+        "sources": {
+            name.value: {"ok": s.ok, "error": s.error, "enabled": s.enabled}
+            for name, s in ledger.sources.items()
+        },
         "gpus": [_gpu_doc(g) for g in ledger.gpus],
         "findings": [finding_doc(f) for f in ledger.findings],
     }
@@ -447,5 +479,9 @@ def ledger_doc(ledger: Ledger) -> dict[str, object]:
 
 def findings_doc(ledger: Ledger) -> dict[str, object]:
     """The findings document of ``check --json`` and ``/findings`` (DESIGN §4)."""
-    return {"schema": SCHEMA, "node": node_doc(ledger.node), "worst": ledger.worst.name,
-            "findings": [finding_doc(f) for f in ledger.findings]}
+    return {
+        "schema": SCHEMA,
+        "node": node_doc(ledger.node),
+        "worst": ledger.worst.name,
+        "findings": [finding_doc(f) for f in ledger.findings],
+    }

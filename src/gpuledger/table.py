@@ -18,13 +18,20 @@ def _printable(text: str) -> str:
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-            for row in rows]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
 
 
 def _na(value: object, unit: str = "") -> str:
-    return "-" if value is None else f"{value:g}{unit}" if isinstance(value, float) \
+    return (
+        "-"
+        if value is None
+        else f"{value:g}{unit}"
+        if isinstance(value, float)
         else f"{value}{unit}"
+    )
 
 
 def _owner(ref: AllocRef | None) -> str:
@@ -48,10 +55,15 @@ def _tenant(t: Tenant) -> str:
 
 def _gpu_rows(lg: LedgerGpu) -> list[list[str]]:
     g = lg.gpu
-    mem = "-" if g.memory_used_mib is None else \
-        f"{g.memory_used_mib}/{_na(g.memory_total_mib)} MiB"
-    first = [str(g.index), lg.state.value, _na(g.utilization_percent, "%"), mem,
-             _na(g.temperature_c, "C"), _owner(lg.reservation)]
+    mem = "-" if g.memory_used_mib is None else f"{g.memory_used_mib}/{_na(g.memory_total_mib)} MiB"
+    first = [
+        str(g.index),
+        lg.state.value,
+        _na(g.utilization_percent, "%"),
+        mem,
+        _na(g.temperature_c, "C"),
+        _owner(lg.reservation),
+    ]
     tenants = [_tenant(t) for t in lg.tenants] or ["-"]
     rows = [[*first, tenants[0]]]
     rows.extend([""] * len(first) + [t] for t in tenants[1:])
@@ -60,11 +72,17 @@ def _gpu_rows(lg: LedgerGpu) -> list[list[str]]:
 
 def render_ledger(ledger: Ledger) -> str:
     """The ledger as a table, then its sources and findings."""
-    lines = [f"node {ledger.node.name}  nomad node {ledger.node.nomad_node_id or '-'}  "
-             f"at {ledger.at.isoformat()}"]
-    lines.append("sources: " + ", ".join(
-        f"{name.value} {'ok' if s.readable else 'off' if not s.enabled else 'FAILED'}"
-        for name, s in ledger.sources.items()))
+    lines = [
+        f"node {ledger.node.name}  nomad node {ledger.node.nomad_node_id or '-'}  "
+        f"at {ledger.at.isoformat()}"
+    ]
+    lines.append(
+        "sources: "
+        + ", ".join(
+            f"{name.value} {'ok' if s.readable else 'off' if not s.enabled else 'FAILED'}"
+            for name, s in ledger.sources.items()
+        )
+    )
     lines.append("")
     header = ["GPU", "STATE", "UTIL", "MEMORY", "TEMP", "RESERVED BY", "TENANTS"]
     rows = [header] + [row for lg in ledger.gpus for row in _gpu_rows(lg)]
@@ -87,6 +105,7 @@ def render_findings(ledger: Ledger) -> str:
         return f"no findings on {ledger.node.name} (worst: OK)\n"
     rows = [["LEVEL", "CODE", "GPU", "MESSAGE"], *(_finding_row(f) for f in ledger.findings)]
     lines = _columns(rows)
-    lines.append(f"{len(ledger.findings)} findings on {ledger.node.name} "
-                 f"(worst: {ledger.worst.name})")
+    lines.append(
+        f"{len(ledger.findings)} findings on {ledger.node.name} (worst: {ledger.worst.name})"
+    )
     return _printable("\n".join(lines)) + "\n"

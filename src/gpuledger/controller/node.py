@@ -12,8 +12,14 @@ from gpuledger.policy.evaluate import evaluate
 from gpuledger.policy.rules import Policy
 
 
-def judge(sources: Sources, policy: Policy, node: NodeInfo, at: datetime,
-          since: Since | None = None, commands: CommandMode = "redacted") -> Ledger:
+def judge(
+    sources: Sources,
+    policy: Policy,
+    node: NodeInfo,
+    at: datetime,
+    since: Since | None = None,
+    commands: CommandMode = "redacted",
+) -> Ledger:
     """Read every source once, join, and judge: the ledger with its findings."""
     desired, observed = sources.read()
     if desired.view is not None:
@@ -23,8 +29,14 @@ def judge(sources: Sources, policy: Policy, node: NodeInfo, at: datetime,
     return replace(ledger, findings=findings)
 
 
-def one_shot(config: SourceConfig, policy: Policy, node_name: str, at: datetime, version: str,
-             commands: CommandMode = "redacted") -> Ledger:
+def one_shot(
+    config: SourceConfig,
+    policy: Policy,
+    node_name: str,
+    at: datetime,
+    version: str,
+    commands: CommandMode = "redacted",
+) -> Ledger:
     """The ledger of ``ls`` and ``check``: one read, no history."""
     node = NodeInfo(name=node_name, nomad_node_id=None, version=version)
     return judge(Sources(config), policy, node, at, commands=commands)

@@ -94,8 +94,9 @@ def reconcile(
     for proc in reading.processes:
         by_gpu.setdefault(proc.gpu_uuid, []).append(proc)
     gpus = tuple(
-        _ledger_gpu(gpu, by_gpu.get(gpu.uuid, []), reserved.get(gpu.uuid), live, view, observed,
-                    commands)
+        _ledger_gpu(
+            gpu, by_gpu.get(gpu.uuid, []), reserved.get(gpu.uuid), live, view, observed, commands
+        )
         for gpu in sorted(reading.gpus, key=lambda g: g.index)
     )
     return Ledger(node=node, at=at, sources=sources, gpus=gpus)
@@ -118,8 +119,9 @@ def _reservations(live: Mapping[str, Allocation]) -> dict[str, AllocRef]:
 
 
 def _ref(alloc: Allocation, task: str | None) -> AllocRef:
-    return AllocRef(id=alloc.id, namespace=alloc.namespace, job=alloc.job, group=alloc.group,
-                    task=task)
+    return AllocRef(
+        id=alloc.id, namespace=alloc.namespace, job=alloc.job, group=alloc.group, task=task
+    )
 
 
 def _ledger_gpu(
@@ -133,8 +135,13 @@ def _ledger_gpu(
 ) -> LedgerGpu:
     found = (_tenant(gpu.uuid, p, reservation, live, view, observed, commands) for p in procs)
     tenants = tuple(sorted((t for t in found if t is not None), key=lambda t: t.pid))
-    return LedgerGpu(gpu=gpu, state=_state(gpu, reservation, tenants, view), reservation=reservation,
-                     tenants=tenants, encoder_cap=encoder_session_cap(gpu.name, gpu.driver_version))
+    return LedgerGpu(
+        gpu=gpu,
+        state=_state(gpu, reservation, tenants, view),
+        reservation=reservation,
+        tenants=tenants,
+        encoder_cap=encoder_session_cap(gpu.name, gpu.driver_version),
+    )
 
 
 def _state(
@@ -246,8 +253,12 @@ def _untrusted_name(
     if lookup.status is AllocLookup.VISIBLE and lookup.allocation is not None:
         return Verdict.UNRESERVED, "", _ref(lookup.allocation, claim.task), True
     if lookup.status is AllocLookup.FORBIDDEN:
-        return Verdict.HIDDEN, "nomad-forbidden", AllocRef(claim.alloc_id or "", None, None, None,
-                                                           claim.task), False
+        return (
+            Verdict.HIDDEN,
+            "nomad-forbidden",
+            AllocRef(claim.alloc_id or "", None, None, None, claim.task),
+            False,
+        )
     if lookup.status is AllocLookup.GONE:
         # Nomad knows no such allocation: the name was a coincidence, not a Nomad task.
         return Verdict.UNMANAGED, "", None, False

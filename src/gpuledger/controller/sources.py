@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from gpuledger.collectors.nomad import NomadReader, NomadSettings
 from gpuledger.collectors.nvidia import Backend, open_backend
@@ -29,6 +29,14 @@ from gpuledger.model import (
 )
 
 T = TypeVar("T")
+
+
+class Guard(Protocol):
+    """Wraps one source read: the loop's bounded retry, or a plain call."""
+
+    def __call__(self, name: str, read: Callable[[], T]) -> T:
+        """Run ``read`` for the source ``name``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -51,64 +59,95 @@ class Sources:
         self.config = config
         self.gpu = open_backend(config.gpu_backend, config.nvidia_smi, config.timeout)
         self.runtimes: dict[Runtime, RuntimeClient] = {}
-        for runtime, url in (("docker", config.docker), ("podman", config.podman)):
+        urls: tuple[tuple[Runtime, str | None], ...] = (
+            ("docker", config.docker),
+            ("podman", config.podman),
+        )
+        for runtime, url in urls:
             if url:
-                self.runtimes[runtime] = RuntimeClient(runtime, url)
+                self.runtimes[runtime] = RuntimeClient(runtime, url, timeout=config.timeout)
         self.nomad = NomadReader(config.nomad) if config.nomad else None
 
-    def read(self, guard: Callable[[str, Callable[[], T]], T] | None = None
-             ) -> tuple[Desired, Observed]:
+    def read(
+        self, guard: Guard | None = None
+    ) -> tuple[Desired, Observed]:
         """Read every source once; ``guard`` wraps each read (the loop's retry policy)."""
-        run = guard or _call
+        run: Guard = guard or _Plain()
         statuses: dict[SourceName, SourceStatus] = {}
-        reading: GpuReading | None = _attempt(SourceName.GPU, statuses,
-                                              lambda: run("gpu", self.gpu.read))
+        reading: GpuReading | None = _attempt(
+            SourceName.GPU, statuses, lambda: run("gpu", self.gpu.read)
+        )
         pids = sorted({p.pid for p in reading.processes}) if reading else []
-        procs = _attempt(SourceName.PROCFS, statuses, lambda: run(
-            "procfs", lambda: read_processes(pids, self.config.proc_root))) or {}
+        procs = (
+            _attempt(
+                SourceName.PROCFS,
+                statuses,
+                lambda: run("procfs", lambda: read_processes(pids, self.config.proc_root)),
+            )
+            or {}
+        )
         containers = self._containers(procs, statuses, run)
         desired = self._nomad(procs, containers, run)
-        observed = Observed(reading=reading, processes=procs, containers=containers,
-                            sources=statuses)
+        observed = Observed(
+            reading=reading, processes=procs, containers=containers, sources=statuses
+        )
         return desired, observed
 
-    def _containers(self, procs: dict[int, ProcessInfo],
-                    statuses: dict[SourceName, SourceStatus],
-                    run: Callable[[str, Callable[[], T]], T]) -> dict[str, Container]:
+    def _containers(
+        self,
+        procs: dict[int, ProcessInfo],
+        statuses: dict[SourceName, SourceStatus],
+        run: Guard,
+    ) -> dict[str, Container]:
         found: dict[str, Container] = {}
-        for runtime in ("docker", "podman"):
+        runtimes: tuple[Runtime, ...] = ("docker", "podman")
+        for runtime in runtimes:
             name = SourceName(runtime)
             client = self.runtimes.get(runtime)
             if client is None:
                 statuses[name] = SourceStatus.off()
                 continue
             kind = OwnerKind.DOCKER if runtime == "docker" else OwnerKind.PODMAN
-            ids = sorted({p.owner.container_id for p in procs.values()
-                          if p.owner.kind is kind and p.owner.container_id})
+            ids = sorted(
+                {
+                    p.owner.container_id
+                    for p in procs.values()
+                    if p.owner.kind is kind and p.owner.container_id
+                }
+            )
             bound = client
             got = _attempt(name, statuses, lambda: run(runtime, lambda: bound.inspect(ids)))
             found.update(got or {})
         return found
 
-    def _nomad(self, procs: dict[int, ProcessInfo], containers: dict[str, Container],
-               run: Callable[[str, Callable[[], T]], T]) -> Desired:
+    def _nomad(
+        self,
+        procs: dict[int, ProcessInfo],
+        containers: dict[str, Container],
+        run: Guard,
+    ) -> Desired:
         if self.nomad is None:
             return Desired(view=None, status=SourceStatus.off())
         claimed = {p.owner.alloc_id for p in procs.values() if p.owner.alloc_id}
         claimed |= {a for a, _, _ in map(alloc_of, containers.values()) if a}
         reader = self.nomad
         statuses: dict[SourceName, SourceStatus] = {}
-        view = _attempt(SourceName.NOMAD, statuses,
-                        lambda: run("nomad", lambda: reader.read(sorted(claimed))))
+        view = _attempt(
+            SourceName.NOMAD, statuses, lambda: run("nomad", lambda: reader.read(sorted(claimed)))
+        )
         return Desired(view=view, status=statuses[SourceName.NOMAD])
 
 
-def _call(_: str, read: Callable[[], T]) -> T:
-    return read()
+class _Plain:
+    """A guard that just reads: one try, no retry (``ls`` and ``check``)."""
+
+    def __call__(self, name: str, read: Callable[[], T]) -> T:
+        return read()
 
 
-def _attempt(name: SourceName, statuses: dict[SourceName, SourceStatus],
-             read: Callable[[], T]) -> T | None:
+def _attempt(
+    name: SourceName, statuses: dict[SourceName, SourceStatus], read: Callable[[], T]
+) -> T | None:
     """Run one source read, recording whether it worked."""
     try:
         value = read()

@@ -39,8 +39,9 @@ def evaluate(ledger: Ledger, policy: Policy, since: Since, now: datetime) -> tup
     for lgpu in ledger.gpus:
         found.extend(judge.gpu(lgpu))
     unique = {f.key: f for f in found}
-    return tuple(sorted(unique.values(),
-                        key=lambda f: (-f.level, f.gpu or "", f.code.value, f.owner)))
+    return tuple(
+        sorted(unique.values(), key=lambda f: (-f.level, f.gpu or "", f.code.value, f.owner))
+    )
 
 
 class _Judge:
@@ -50,13 +51,28 @@ class _Judge:
         self.ledger, self.policy, self.since, self.now = ledger, policy, since, now
         self.node = ledger.node.name
 
-    def finding(self, code: Code, rule: Rule, gpu: str | None, owner: str, message: str,
-                subject: dict[str, str | int | None]) -> Finding | None:
+    def finding(
+        self,
+        code: Code,
+        rule: Rule,
+        gpu: str | None,
+        owner: str,
+        message: str,
+        subject: dict[str, str | int | None],
+    ) -> Finding | None:
         if rule.level is None:
             return None
         key = (code.value, gpu, owner)
-        return Finding(code=code, level=rule.level, gpu=gpu, node=self.node, message=message,
-                       subject=subject, since=self.since.findings.get(key), owner=owner)
+        return Finding(
+            code=code,
+            level=rule.level,
+            gpu=gpu,
+            node=self.node,
+            message=message,
+            subject=subject,
+            since=self.since.findings.get(key),
+            owner=owner,
+        )
 
     def sources(self) -> Iterator[Finding]:
         rule = self.policy.rule(Code.SOURCE_UNAVAILABLE, self.node)
@@ -66,8 +82,14 @@ class _Judge:
             message = f"{_SOURCE_LABEL[name]} unavailable: {status.error}"
             if status.hint:
                 message += f" ({status.hint})"
-            found = self.finding(Code.SOURCE_UNAVAILABLE, rule, None, f"source:{name.value}",
-                                 message, {"source": name.value})
+            found = self.finding(
+                Code.SOURCE_UNAVAILABLE,
+                rule,
+                None,
+                f"source:{name.value}",
+                message,
+                {"source": name.value},
+            )
             if found:
                 yield found
 
@@ -85,36 +107,48 @@ class _Judge:
         return self.policy.rule(code, self.node, namespace, job)
 
     def tenant(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
-        where = f"GPU {lgpu.gpu.index} ({lgpu.gpu.uuid})"
+        where = f"GPU {lgpu.gpu.index}"
         who = f"{t.process or 'a process'} (pid {t.pid})"
         if t.verdict is Verdict.UNRESERVED and t.alloc is not None:
             rule = self.rule(Code.UNRESERVED_TENANT, t.alloc.namespace, t.alloc.job)
             if t.alloc_visible:
-                what = f"{who} of allocation {t.alloc.id} ({_alloc_words(t)}) runs on {where}, " \
-                       "which that allocation did not reserve"
+                what = (
+                    f"{who} of allocation {t.alloc.id} ({_alloc_words(t)}) runs on {where}, "
+                    "which that allocation did not reserve"
+                )
             else:
-                what = f"{who} of allocation {t.alloc.id} runs on {where}, but Nomad no longer " \
-                       "knows that allocation (404): its task outlived it and holds the GPU"
-            return self.finding(Code.UNRESERVED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what,
-                                _subject(t))
+                what = (
+                    f"{who} of allocation {t.alloc.id} runs on {where}, but Nomad no longer "
+                    "knows that allocation (404): its task outlived it and holds the GPU"
+                )
+            return self.finding(
+                Code.UNRESERVED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
+            )
         if t.verdict is Verdict.UNMANAGED:
             rule = self.rule(Code.UNMANAGED_TENANT, None, None)
             if _exempt(t, rule):
                 return None
-            inside = (f"in {t.container.runtime} container {t.container.name!r}"
-                      if t.container else "on the host")
+            inside = (
+                f"in {t.container.runtime} container {t.container.name!r}"
+                if t.container
+                else "on the host"
+            )
             what = f"{who} {inside} runs on {where} outside every Nomad allocation"
-            return self.finding(Code.UNMANAGED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what,
-                                _subject(t))
+            return self.finding(
+                Code.UNMANAGED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
+            )
         if t.verdict is Verdict.HIDDEN and t.alloc is not None:
             ns = t.alloc.namespace
             rule = self.rule(Code.SOURCE_UNAVAILABLE, ns, t.alloc.job)
             scope = f"namespace {ns!r}" if ns else "its namespace (no label tells which)"
-            what = (f"Nomad hid allocation {t.alloc.id} of {who} on {where}: the token lacks "
-                    f"read-job on {scope}; grant it (namespace \"{ns or '*'}\" "
-                    "{ capabilities = [\"read-job\"] }) so the GPU can be judged")
-            return self.finding(Code.SOURCE_UNAVAILABLE, rule, lgpu.gpu.uuid, _owner(t), what,
-                                _subject(t))
+            what = (
+                f"Nomad hid allocation {t.alloc.id} of {who} on {where}: the token lacks "
+                f'read-job on {scope}; grant it (namespace "{ns or "*"}" '
+                '{ capabilities = ["read-job"] }) so the GPU can be judged'
+            )
+            return self.finding(
+                Code.SOURCE_UNAVAILABLE, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
+            )
         return None
 
     def reserved_idle(self, lgpu: LedgerGpu) -> Finding | None:
@@ -127,13 +161,17 @@ class _Judge:
         lasted = self.now - began if began else None
         if not _over(lasted, rule.after):
             return None
-        how_long = f"for {_human(lasted)}" if lasted is not None else \
-            "for an unknown time (no --history)"
-        what = (f"GPU {lgpu.gpu.index} ({lgpu.gpu.uuid}) is reserved by allocation {res.id} "
-                f"(job {res.job}, task {res.task}, namespace {res.namespace}) and no process of "
-                f"it has run there {how_long}")
-        return self.finding(Code.RESERVED_IDLE, rule, lgpu.gpu.uuid, _res_owner(lgpu), what,
-                            _res_subject(lgpu))
+        how_long = (
+            f"for {_human(lasted)}" if lasted is not None else "for an unknown time (no --history)"
+        )
+        what = (
+            f"GPU {lgpu.gpu.index} is reserved by allocation {res.id} "
+            f"(job {res.job}, task {res.task}, namespace {res.namespace}) and no process of "
+            f"it has run there {how_long}"
+        )
+        return self.finding(
+            Code.RESERVED_IDLE, rule, lgpu.gpu.uuid, _res_owner(lgpu), what, _res_subject(lgpu)
+        )
 
     def held_idle(self, lgpu: LedgerGpu) -> Finding | None:
         res, util = lgpu.reservation, lgpu.gpu.utilization_percent
@@ -146,13 +184,17 @@ class _Judge:
         lasted = self.now - began if began else None
         if not _over(lasted, rule.after):
             return None
-        how_long = f"for {_human(lasted)}" if lasted is not None else \
-            "for an unknown time (no --history)"
-        what = (f"GPU {lgpu.gpu.index} ({lgpu.gpu.uuid}) is held by job {res.job} (task "
-                f"{res.task}, namespace {res.namespace}) below {rule.below_percent:g}% "
-                f"utilisation {how_long}")
-        return self.finding(Code.HELD_IDLE, rule, lgpu.gpu.uuid, _res_owner(lgpu), what,
-                            _res_subject(lgpu))
+        how_long = (
+            f"for {_human(lasted)}" if lasted is not None else "for an unknown time (no --history)"
+        )
+        what = (
+            f"GPU {lgpu.gpu.index} is held by job {res.job} (task "
+            f"{res.task}, namespace {res.namespace}) below {rule.below_percent:g}% "
+            f"utilisation {how_long}"
+        )
+        return self.finding(
+            Code.HELD_IDLE, rule, lgpu.gpu.uuid, _res_owner(lgpu), what, _res_subject(lgpu)
+        )
 
     def hot(self, lgpu: LedgerGpu) -> Finding | None:
         gpu, res = lgpu.gpu, lgpu.reservation
@@ -162,24 +204,29 @@ class _Judge:
         elif gpu.thermal_margin_c is not None:
             if gpu.thermal_margin_c > rule.margin_c:
                 return None
-            why = f"{gpu.thermal_margin_c} °C left before thermal slowdown " \
-                  f"(policy: at most {rule.margin_c})"
+            why = (
+                f"{gpu.thermal_margin_c} °C left before thermal slowdown "
+                f"(policy: at most {rule.margin_c})"
+            )
         elif gpu.thermal_slowdown is None and gpu.temperature_c is not None:
             if gpu.temperature_c < rule.temp_max_c:
                 return None
-            why = f"{gpu.temperature_c} °C (policy: below {rule.temp_max_c}; the driver reports " \
-                  "neither a margin nor slowdown)"
+            why = (
+                f"{gpu.temperature_c} °C (policy: below {rule.temp_max_c}; the driver reports "
+                "neither a margin nor slowdown)"
+            )
         else:
             return None
-        what = f"GPU {gpu.index} ({gpu.uuid}) is hot: {why}"
+        what = f"GPU {gpu.index} is hot: {why}"
         return self.finding(Code.HOT, rule, gpu.uuid, "gpu", what, {})
 
     def encoder(self, lgpu: LedgerGpu) -> Finding | None:
         gpu, res = lgpu.gpu, lgpu.reservation
         if gpu.encoder_sessions is None:
             return None
-        rule = self.rule(Code.ENCODER_SATURATED, res.namespace if res else None,
-                         res.job if res else None)
+        rule = self.rule(
+            Code.ENCODER_SATURATED, res.namespace if res else None, res.job if res else None
+        )
         if rule.max_sessions == "card":
             cap = lgpu.encoder_cap
             source = f"the published cap of the {gpu.name}"
@@ -187,8 +234,10 @@ class _Judge:
             cap, source = rule.max_sessions, "the policy's max_sessions"
         if cap is None or gpu.encoder_sessions < cap:
             return None
-        what = (f"GPU {gpu.index} ({gpu.uuid}) runs {gpu.encoder_sessions} NVENC sessions, "
-                f"reaching {source} ({cap}): new encodes will fail")
+        what = (
+            f"GPU {gpu.index} runs {gpu.encoder_sessions} NVENC sessions, "
+            f"reaching {source} ({cap}): new encodes will fail"
+        )
         return self.finding(Code.ENCODER_SATURATED, rule, gpu.uuid, "gpu", what, {})
 
 
@@ -204,8 +253,11 @@ def _human(span: timedelta | None) -> str:
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes = rest // 60
-    parts = [f"{days}d" if days else "", f"{hours}h" if hours else "",
-             f"{minutes}m" if minutes and not days else ""]
+    parts = [
+        f"{days}d" if days else "",
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes and not days else "",
+    ]
     return "".join(parts) or f"{seconds}s"
 
 
@@ -240,8 +292,9 @@ def _subject(t: Tenant) -> dict[str, str | int | None]:
         subject["container"] = t.container.id
         subject["containerName"] = t.container.name
     if t.alloc is not None:
-        subject.update(alloc=t.alloc.id, namespace=t.alloc.namespace, job=t.alloc.job,
-                       task=t.alloc.task)
+        subject.update(
+            alloc=t.alloc.id, namespace=t.alloc.namespace, job=t.alloc.job, task=t.alloc.task
+        )
     return subject
 
 

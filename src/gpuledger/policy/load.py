@@ -175,13 +175,16 @@ def _rule_changes(check: _Checker, node: yaml.Node, code: Code, key: str) -> dic
     for k, v in check.mapping(node, key):
         name = f"{key}.{k.value}"
         if k.value not in allowed:
-            check.problem(k, name, f"unknown key for {code.value}; allowed: "
-                          + ", ".join(sorted(allowed)))
+            check.problem(
+                k, name, f"unknown key for {code.value}; allowed: " + ", ".join(sorted(allowed))
+            )
         elif k.value in ("ignore_processes", "ignore_containers"):
             changes[k.value] = check.strings(v, name)
         elif k.value == "ignore_labels":
-            changes[k.value] = {lk.value: check.scalar(lv, f"{name}.{lk.value}", str)
-                                for lk, lv in check.mapping(v, name)}
+            changes[k.value] = {
+                lk.value: check.scalar(lv, f"{name}.{lk.value}", str)
+                for lk, lv in check.mapping(v, name)
+            }
         else:
             value = check.scalar(v, name, _CONVERT[k.value])
             if value is not _INVALID:
@@ -195,8 +198,11 @@ def _findings(check: _Checker, node: yaml.Node, key: str) -> dict[Code, dict[str
         try:
             code = Code(k.value)
         except ValueError:
-            check.problem(k, f"{key}.{k.value}", "unknown finding code; allowed: "
-                          + ", ".join(c.value for c in Code))
+            check.problem(
+                k,
+                f"{key}.{k.value}",
+                "unknown finding code; allowed: " + ", ".join(c.value for c in Code),
+            )
             continue
         out[code] = _rule_changes(check, v, code, f"{key}.{k.value}")
     return out
@@ -215,8 +221,11 @@ def _overrides(check: _Checker, node: yaml.Node) -> tuple[Override, ...]:
                 globs = {}
                 for mk, mv in check.mapping(v, f"{key}.match"):
                     if mk.value not in _MATCH_KEYS:
-                        check.problem(mk, f"{key}.match.{mk.value}",
-                                      "unknown key; allowed: " + ", ".join(_MATCH_KEYS))
+                        check.problem(
+                            mk,
+                            f"{key}.match.{mk.value}",
+                            "unknown key; allowed: " + ", ".join(_MATCH_KEYS),
+                        )
                     else:
                         glob = check.scalar(mv, f"{key}.match.{mk.value}", _glob)
                         globs[mk.value] = None if glob is _INVALID else glob
@@ -237,12 +246,14 @@ def parse_policy(text: str, path: str, base: Policy | None = None) -> Policy:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
-        raise PolicyError(path, [f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) \
-            from None
+        raise PolicyError(
+            path, [f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]
+        ) from None
     if root is None:
         raise PolicyError(path, [f"{path}:1:1: the file is empty: it needs at least 'version: 1'"])
     rules = dict((base or default_policy()).rules)
-    exit_on, overrides, version = Level.BAD, (), None
+    exit_on, version = Level.BAD, None
+    overrides: tuple[Override, ...] = ()
     for k, v in check.mapping(root, ""):
         if k.value == "version":
             version = check.scalar(v, "version", _integer)
@@ -286,5 +297,6 @@ _DEFAULT_RULES = {code: Rule(level=Level.ERROR) for code in Code}
 @functools.cache
 def default_policy() -> Policy:
     """The built-in policy: ``default.yaml`` of the package."""
-    return parse_policy(default_policy_text(), "<built-in default.yaml>",
-                        base=Policy(rules=_DEFAULT_RULES))
+    return parse_policy(
+        default_policy_text(), "<built-in default.yaml>", base=Policy(rules=_DEFAULT_RULES)
+    )

@@ -77,8 +77,9 @@ class Policy:
     overrides: tuple[Override, ...] = ()
     source: str = "<built-in>"
 
-    def rule(self, code: Code, node: str, namespace: str | None = None,
-             job: str | None = None) -> Rule:
+    def rule(
+        self, code: Code, node: str, namespace: str | None = None, job: str | None = None
+    ) -> Rule:
         """The rule for ``code`` where a finding is about ``node``, ``namespace`` and ``job``."""
         rule = self.rules[code]
         ordered = sorted(enumerate(self.overrides), key=lambda p: (p[1].match.specificity, p[0]))

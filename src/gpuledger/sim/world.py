@@ -38,8 +38,11 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     if path.suffix in (".yaml", ".yml") and path.exists():
         text = path.read_text(encoding="utf-8")
     else:
-        text = resources.files("gpuledger.sim").joinpath(
-            "scenarios", f"{name_or_path}.yaml").read_text(encoding="utf-8")
+        text = (
+            resources.files("gpuledger.sim")
+            .joinpath("scenarios").joinpath(f"{name_or_path}.yaml")
+            .read_text(encoding="utf-8")
+        )
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise ValueError(f"{name_or_path}: a scenario must be a mapping")
@@ -100,25 +103,39 @@ class World:
             "legacy_fields": s.get("legacy_fields", False),
             "fault": s.get("nvidia_fault"),
             "gpus": s.get("gpus", []),
-            "processes": [{k: p.get(k) for k in ("gpu", "pid", "name", "used_memory")}
-                          for p in processes],
+            "processes": [
+                {k: p.get(k) for k in ("gpu", "pid", "name", "used_memory")} for p in processes
+            ],
         }
         tmp = self.directory / "nvidia.json.tmp"
         tmp.write_text(json.dumps(state), encoding="utf-8")
         tmp.replace(self.directory / "nvidia.json")
         containers = {c["key"]: c for c in s.get("containers", [])}
-        write_proc_tree(self.proc_root, [
-            {"pid": p["pid"], "cgroup": cgroup_text(self._owner(p, containers)),
-             "cmdline": p.get("cmdline") or [p.get("name") or "unknown"]}
-            for p in processes if not p.get("vanished")
-        ])
+        write_proc_tree(
+            self.proc_root,
+            [
+                {
+                    "pid": p["pid"],
+                    "cgroup": cgroup_text(self._owner(p, containers)),
+                    "cmdline": p.get("cmdline") or [p.get("name") or "unknown"],
+                }
+                for p in processes
+                if not p.get("vanished")
+            ],
+        )
         for runtime, api in (("docker", self.docker), ("podman", self.podman)):
-            api.set_containers([
-                {"id": container_id(c["key"]), "name": c["name"], "labels": c.get("labels", {}),
-                 "pid": self._first_pid(c["key"], processes)}
-                for c in containers.values() if c.get("runtime", "docker") == runtime
-                and not c.get("exited")
-            ])
+            api.set_containers(
+                [
+                    {
+                        "id": container_id(c["key"]),
+                        "name": c["name"],
+                        "labels": c.get("labels", {}),
+                        "pid": self._first_pid(c["key"], processes),
+                    }
+                    for c in containers.values()
+                    if c.get("runtime", "docker") == runtime and not c.get("exited")
+                ]
+            )
         self.nomad.set_allocations(s.get("allocations", []))
         self.nomad.set_gone(s.get("gone_allocations", []))
         self.nomad.set_hidden_namespaces(set(s.get("hidden_namespaces", [])))
@@ -140,11 +157,20 @@ class World:
     def cli_args(self, *, docker: bool = True, podman: bool = True) -> list[str]:
         """The flags that point gpuledger at this world."""
         return [
-            "--gpu-backend", "nvidia-smi", "--nvidia-smi", str(self.nvidia_smi),
-            "--proc-root", str(self.proc_root),
-            "--docker", f"unix://{self.docker.socket_path}" if docker else "off",
-            "--podman", f"unix://{self.podman.socket_path}" if podman else "off",
-            "--nomad-addr", self.nomad_url, "--nomad-node-id", self.node_id,
+            "--gpu-backend",
+            "nvidia-smi",
+            "--nvidia-smi",
+            str(self.nvidia_smi),
+            "--proc-root",
+            str(self.proc_root),
+            "--docker",
+            f"unix://{self.docker.socket_path}" if docker else "off",
+            "--podman",
+            f"unix://{self.podman.socket_path}" if podman else "off",
+            "--nomad-addr",
+            self.nomad_url,
+            "--nomad-node-id",
+            self.node_id,
         ]
 
     def stop(self) -> None:
