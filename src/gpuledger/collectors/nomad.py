@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,6 @@ _CLIENT_CERT_ALERTS = (
     "BAD_CERTIFICATE",
     "UNKNOWN_CA",
     "CERTIFICATE_UNKNOWN",
-    "HANDSHAKE_FAILURE",
 )
 
 _T = TypeVar("_T")
@@ -464,16 +464,27 @@ class NomadReader:
                 return self._name_mismatch(call)
             if isinstance(cause, ssl.SSLError):
                 reason = cause.reason or ""
+                given = (
+                    f"the client certificate {settings.client_cert}"
+                    if settings.client_cert
+                    else "no client certificate"
+                )
+                cert_hint = (
+                    "set NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY to a certificate signed by the "
+                    "CA Nomad trusts (Nomad with verify_https_client refuses others)"
+                )
                 if any(alert in reason for alert in _CLIENT_CERT_ALERTS):
-                    given = (
-                        f"the client certificate {settings.client_cert}"
-                        if settings.client_cert
-                        else "no client certificate"
-                    )
                     return self._error(
                         f"GET {call.path}: the Nomad server refused {given} ({reason})",
-                        "set NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY to a certificate signed by "
-                        "the CA Nomad trusts",
+                        cert_hint,
+                    )
+                if isinstance(cause, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+                    # Under TLS 1.3 a refused client certificate is told after the handshake;
+                    # the connection may close before the alert is read.
+                    return self._error(
+                        f"GET {call.path}: the Nomad server closed the TLS connection "
+                        f"({given} was sent; it may require a client certificate it trusts)",
+                        cert_hint,
                     )
                 return self._error(
                     f"GET {call.path}: TLS with {settings.addr} failed ({reason or cause})",
@@ -570,6 +581,13 @@ class NomadReader:
 
     def read(self, task_alloc_ids: Collection[str] = ()) -> NomadView:
         """The node's allocations, and a lookup of each task allocation the node list lacks."""
+        with warnings.catch_warnings():
+            if self._settings.skip_verify:
+                # The user asked for it; urllib3 would warn at every request of every tick.
+                warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+            return self._read(task_alloc_ids)
+
+    def _read(self, task_alloc_ids: Collection[str]) -> NomadView:
         self._refresh_token()
         node_id = self._find_node_id()
         self._check_node(node_id)

@@ -275,7 +275,11 @@ class _Tracking:
                 request.do_handshake()
                 request.settimeout(None)
             except OSError:
-                return  # the client gave up on our certificate, or we refused its own
+                # The client gave up on our certificate, or we refused its own. Close as a TLS
+                # server does: the alert is sent; read what the client still sends so that
+                # closing does not reset the connection and discard the alert unread.
+                _drain(request)
+                return
         super().finish_request(request, client_address)  # type: ignore[misc]
 
     def shutdown_request(self, request: Any) -> None:
@@ -289,6 +293,15 @@ class _Tracking:
         for sock in open_now:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+def _drain(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(2)
+        # The raw socket under the failed TLS layer.
+        while socket.socket.recv(sock, 4096):
+            pass
 
 
 class _TcpServer(_Tracking, socketserver.ThreadingTCPServer):
@@ -392,7 +405,8 @@ class FakeNomad:
         server.fake = self
         server.tls = self.tls
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        # A short poll interval: stop() waits for the loop to notice, and tests stop often.
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
         return self.url
 
