@@ -36,34 +36,65 @@ UP = SourceStatus.up()
 
 
 def gpus(*uuids: str, mig: bool = False) -> tuple[Gpu, ...]:
-    return tuple(Gpu(index=i, uuid=u, name="NVIDIA H200", mig_enabled=mig)
-                 for i, u in enumerate(uuids))
+    return tuple(
+        Gpu(index=i, uuid=u, name="NVIDIA H200", mig_enabled=mig) for i, u in enumerate(uuids)
+    )
 
 
-def observed(procs: dict[int, tuple[str, ProcessOwner]], *, containers: dict[str, Container]
-             | None = None, docker: SourceStatus = UP, podman: SourceStatus = UP,
-             procfs: SourceStatus = UP, gpu_list: tuple[Gpu, ...] | None = None) -> Observed:
+def observed(
+    procs: dict[int, tuple[str, ProcessOwner]],
+    *,
+    containers: dict[str, Container] | None = None,
+    docker: SourceStatus = UP,
+    podman: SourceStatus = UP,
+    procfs: SourceStatus = UP,
+    gpu_list: tuple[Gpu, ...] | None = None,
+) -> Observed:
     reading = GpuReading(
         gpus=gpu_list if gpu_list is not None else gpus(G0, G1),
-        processes=tuple(GpuProcess(gpu_uuid=g, pid=pid, process_name="python3")
-                        for pid, (g, _) in procs.items()),
-        backend="nvidia-smi")
-    infos = {pid: ProcessInfo(pid=pid, owner=o, argv=("python3", "x.py"))
-             for pid, (_, o) in procs.items()} if procfs.readable else {}
-    return Observed(reading=reading, processes=infos, containers=containers or {},
-                    sources={SourceName.GPU: UP, SourceName.PROCFS: procfs,
-                             SourceName.DOCKER: docker, SourceName.PODMAN: podman})
+        processes=tuple(
+            GpuProcess(gpu_uuid=g, pid=pid, process_name="python3") for pid, (g, _) in procs.items()
+        ),
+        backend="nvidia-smi",
+    )
+    infos = (
+        {
+            pid: ProcessInfo(pid=pid, owner=o, argv=("python3", "x.py"))
+            for pid, (_, o) in procs.items()
+        }
+        if procfs.readable
+        else {}
+    )
+    return Observed(
+        reading=reading,
+        processes=infos,
+        containers=containers or {},
+        sources={
+            SourceName.GPU: UP,
+            SourceName.PROCFS: procfs,
+            SourceName.DOCKER: docker,
+            SourceName.PODMAN: podman,
+        },
+    )
 
 
 def nomad(*allocs: Allocation, lookups: dict[str, AllocLookupResult] | None = None) -> Desired:
-    return Desired(view=NomadView(node_id="node", allocations=allocs, lookups=lookups or {}),
-                   status=UP)
+    return Desired(
+        view=NomadView(node_id="node", allocations=allocs, lookups=lookups or {}), status=UP
+    )
 
 
-def alloc(aid: str, task: str, *uuids: str, status: str = "running",
-          namespace: str = "default") -> Allocation:
-    return Allocation(id=aid, namespace=namespace, job="job", group="grp", client_status=status,
-                      gpus_by_task={task: uuids})
+def alloc(
+    aid: str, task: str, *uuids: str, status: str = "running", namespace: str = "default"
+) -> Allocation:
+    return Allocation(
+        id=aid,
+        namespace=namespace,
+        job="job",
+        group="grp",
+        client_status=status,
+        gpus_by_task={task: uuids},
+    )
 
 
 HOST = ProcessOwner(kind=OwnerKind.HOST)
@@ -148,8 +179,9 @@ def test_lookup_failure_is_undecided() -> None:
 
 
 def test_labelled_docker_container_is_its_allocations_task() -> None:
-    c = Container(id=CID, name=f"trainer-{A1}", runtime="docker",
-                  labels={"com.hashicorp.nomad.alloc_id": A1})
+    c = Container(
+        id=CID, name=f"trainer-{A1}", runtime="docker", labels={"com.hashicorp.nomad.alloc_id": A1}
+    )
     desired = nomad(alloc(A1, "trainer", G0))
     obs = observed({10: (G0, DOCKER)}, containers={CID: c})
     assert states(desired, obs) == ["held", "free"]
@@ -179,7 +211,8 @@ def test_container_without_nomad_label_or_name_is_unmanaged() -> None:
 
 @pytest.mark.parametrize("runtime_status", [SourceStatus.off(), SourceStatus.failed("refused")])
 def test_container_of_an_unread_runtime_is_unknown_not_unmanaged(
-        runtime_status: SourceStatus) -> None:
+    runtime_status: SourceStatus,
+) -> None:
     obs = observed({10: (G0, DOCKER)}, docker=runtime_status)
     assert states(nomad(), obs) == ["unknown", "free"]
     assert only_tenant(nomad(), obs).verdict is Verdict.UNDECIDED
@@ -211,24 +244,33 @@ def test_join_is_on_uuid_not_index() -> None:
     swapped = (Gpu(index=0, uuid=G1, name="x"), Gpu(index=1, uuid=G0, name="x"))
     desired = nomad(alloc(A1, "t", G0))
     ledger = reconcile(desired, observed({}, gpu_list=swapped), NODE, AT)
-    assert [(g.gpu.index, g.state.value) for g in ledger.gpus] == [(0, "free"),
-                                                                   (1, "reserved-idle")]
+    assert [(g.gpu.index, g.state.value) for g in ledger.gpus] == [
+        (0, "free"),
+        (1, "reserved-idle"),
+    ]
 
 
 def test_gpu_unread_gives_no_gpus() -> None:
-    obs = Observed(reading=None, processes={}, containers={},
-                   sources={SourceName.GPU: SourceStatus.failed("exit 9")})
+    obs = Observed(
+        reading=None,
+        processes={},
+        containers={},
+        sources={SourceName.GPU: SourceStatus.failed("exit 9")},
+    )
     ledger = reconcile(nomad(), obs, NODE, AT)
     assert ledger.gpus == ()
     assert not ledger.sources[SourceName.GPU].ok
 
 
 def test_commands_are_redacted_by_default() -> None:
-    reading = GpuReading(gpus=gpus(G0), processes=(GpuProcess(G0, 10, "python3"),),
-                         backend="nvml")
+    reading = GpuReading(gpus=gpus(G0), processes=(GpuProcess(G0, 10, "python3"),), backend="nvml")
     info = ProcessInfo(pid=10, owner=HOST, argv=("python3", "x.py", "--api-key", "s3cr3t"))
-    obs = Observed(reading=reading, processes={10: info}, containers={},
-                   sources={SourceName.GPU: UP, SourceName.PROCFS: UP})
+    obs = Observed(
+        reading=reading,
+        processes={10: info},
+        containers={},
+        sources={SourceName.GPU: UP, SourceName.PROCFS: UP},
+    )
     (tenant,) = reconcile(nomad(), obs, NODE, AT).gpus[0].tenants
     assert tenant.command == "python3 x.py --api-key ***"
     full = reconcile(nomad(), obs, NODE, AT, commands="full").gpus[0].tenants[0]

@@ -85,6 +85,14 @@ def _source_options(p: argparse.ArgumentParser) -> None:
         help="the host's /proc (default: /proc)",
     )
     g.add_argument(
+        "--timeout",
+        type=_duration,
+        default=timedelta(seconds=10),
+        metavar="DURATION",
+        help="how long one read of a source may take before it is cut off and reported "
+        "(default 10s; serve keeps it below --interval)",
+    )
+    g.add_argument(
         "--commands",
         choices=("full", "redacted", "none"),
         default="redacted",
@@ -235,6 +243,7 @@ def _nomad_settings(args: argparse.Namespace) -> NomadSettings | None:
         "client_key": args.nomad_client_key,
         "tls_server_name": args.nomad_tls_server_name,
         "skip_verify": args.nomad_skip_verify,
+        "timeout": args.timeout.total_seconds(),
     }
     return dataclasses.replace(settings, **{k: v for k, v in flags.items() if v is not None})
 
@@ -253,6 +262,7 @@ def source_config(args: argparse.Namespace) -> SourceConfig:
         docker=_url(args.docker, "docker"),
         podman=_url(args.podman, "podman"),
         nomad=_nomad_settings(args),
+        timeout=args.timeout.total_seconds(),
     )
 
 

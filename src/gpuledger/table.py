@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from gpuledger.model import AllocRef, Finding, Ledger, LedgerGpu, Tenant
 
-
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 

@@ -7,6 +7,7 @@ with the allocation ids the tasks claim. A source that fails becomes a failed
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +69,7 @@ class Sources:
                 self.runtimes[runtime] = RuntimeClient(runtime, url, timeout=config.timeout)
         self.nomad = NomadReader(config.nomad) if config.nomad else None
 
-    def read(
-        self, guard: Guard | None = None
-    ) -> tuple[Desired, Observed]:
+    def read(self, guard: Guard | None = None) -> tuple[Desired, Observed]:
         """Read every source once; ``guard`` wraps each read (the loop's retry policy)."""
         run: Guard = guard or _Plain()
         statuses: dict[SourceName, SourceStatus] = {}
@@ -115,8 +114,8 @@ class Sources:
                     if p.owner.kind is kind and p.owner.container_id
                 }
             )
-            bound = client
-            got = _attempt(name, statuses, lambda: run(runtime, lambda: bound.inspect(ids)))
+            read = functools.partial(client.inspect, ids)
+            got = _attempt(name, statuses, functools.partial(run, runtime, read))
             found.update(got or {})
         return found
 

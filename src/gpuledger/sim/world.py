@@ -45,7 +45,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         )
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
-        raise ValueError(f"{name_or_path}: a scenario must be a mapping")
+        raise TypeError(f"{name_or_path}: a scenario must be a mapping")
     return data
 
 
