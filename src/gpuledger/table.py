@@ -94,15 +94,17 @@ def render_ledger(ledger: Ledger) -> str:
     return _printable("\n".join(lines)) + "\n"
 
 
-def _finding_row(f: Finding) -> list[str]:
-    return [f.level.name, f.code.value, f.gpu or "-", f.message]
+def _finding_row(f: Finding, index: dict[str, int]) -> list[str]:
+    gpu = "-" if f.gpu is None else str(index.get(f.gpu, f.gpu))
+    return [f.level.name, f.code.value, gpu, f.message]
 
 
 def render_findings(ledger: Ledger) -> str:
     """The findings, worst first, and the worst level."""
     if not ledger.findings:
         return f"no findings on {ledger.node.name} (worst: OK)\n"
-    rows = [["LEVEL", "CODE", "GPU", "MESSAGE"], *(_finding_row(f) for f in ledger.findings)]
+    index = {lg.gpu.uuid: lg.gpu.index for lg in ledger.gpus}
+    rows = [["LEVEL", "CODE", "GPU", "MESSAGE"], *(_finding_row(f, index) for f in ledger.findings)]
     lines = _columns(rows)
     lines.append(
         f"{len(ledger.findings)} findings on {ledger.node.name} (worst: {ledger.worst.name})"

@@ -1,0 +1,74 @@
+"""Golden files pin the JSON contract and the table of the demo scenario.
+
+Any change to ``ls --json``, ``check --json`` or the ``ls`` table fails here until the golden
+files are regenerated on purpose (``GPULEDGER_REGEN_GOLDEN=1 pytest tests/test_golden.py``)
+and the diff is reviewed: a removed or renamed key, or a changed meaning, bumps ``schema``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuledger.cli import main
+from gpuledger.sim.world import World, load_scenario
+
+GOLDEN = Path(__file__).parent / "golden"
+DEMO_POLICY = Path(__file__).resolve().parents[1] / "src/gpuledger/sim/scenarios/demo-policy.yaml"
+REGEN = os.environ.get("GPULEDGER_REGEN_GOLDEN") == "1"
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    with tempfile.TemporaryDirectory(prefix="gl-", dir="/tmp") as tmp:
+        w = World.start(load_scenario("demo"), Path(tmp))
+        try:
+            yield w
+        finally:
+            w.stop()
+
+
+def output(world: World, *argv: str) -> str:
+    out = io.StringIO()
+    main(
+        [*argv, *world.cli_args(), "--policy", str(DEMO_POLICY), "--node-name", "demo-gpu-node"],
+        out=out,
+    )
+    return out.getvalue()
+
+
+def normalized_json(text: str) -> str:
+    doc = json.loads(text)
+    if "at" in doc:
+        doc["at"] = "<at>"
+    doc["node"]["version"] = "<version>"
+    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+
+
+def normalized_table(text: str) -> str:
+    return re.sub(r" at \S+$", " at <at>", text, count=1, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "normalize"),
+    [
+        ("ls.json", ("ls", "--json"), normalized_json),
+        ("check.json", ("check", "--json"), normalized_json),
+        ("ls.txt", ("ls",), normalized_table),
+    ],
+)
+def test_golden(world: World, name: str, argv: tuple[str, ...], normalize) -> None:  # type: ignore[no-untyped-def]
+    got = normalize(output(world, *argv))
+    path = GOLDEN / name
+    if REGEN:
+        path.write_text(got, encoding="utf-8")
+    assert got == path.read_text(encoding="utf-8"), (
+        f"{name} changed: review the diff, then regenerate with GPULEDGER_REGEN_GOLDEN=1"
+    )
