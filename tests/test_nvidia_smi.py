@@ -609,9 +609,23 @@ def test_h200_load_processes_in_full(nvidia_world: NvidiaWorld) -> None:
     )
 
 
-def test_replays_the_legacy_465_driver(nvidia_world: NvidiaWorld) -> None:
-    sample = NVIDIA / "legacy-nvidia_gpu_exporter-samples" / "output_ubuntu_20.04_v465.27.txt"
-    nvidia_world.set({"capture": str(sample)})
+LEGACY = NVIDIA / "legacy-nvidia_gpu_exporter-samples"
+
+
+# Read by hand from each sample's query-gpu row: driver, memory.used, memory.total,
+# utilization.gpu, temperature.gpu (thermal "Not Active" twice, sessionCount 0, MIG [N/A]).
+@pytest.mark.parametrize(
+    ("sample", "driver", "used", "total", "util", "temp"),
+    [
+        ("output_ubuntu_20.04_v465.27.txt", "465.27", 344, 7979, 0, 32),
+        ("output_win10_v466.63.txt", "466.63", 856, 8192, 0, 35),
+        ("sample-output.csv", "471.11", 876, 8192, 2, 36),
+    ],
+)
+def test_replays_the_legacy_drivers(
+    nvidia_world: NvidiaWorld, sample: str, driver: str, used: int, total: int, util: int, temp: int
+) -> None:
+    nvidia_world.set({"capture": str(LEGACY / sample)})
     smi = NvidiaSmi(nvidia_world.nvidia_smi)
     for _ in range(2):  # the second read uses what the first learnt about the driver
         reading = smi.read()
@@ -620,15 +634,15 @@ def test_replays_the_legacy_465_driver(nvidia_world: NvidiaWorld) -> None:
                 index=0,
                 uuid="GPU-df6e7a7c-7314-46f8-abc4-b88b36dcf3aa",
                 name="NVIDIA GeForce RTX 2080 SUPER",
-                utilization_percent=0.0,
-                memory_used_mib=344,
-                memory_total_mib=7979,
-                temperature_c=32,
-                thermal_margin_c=None,  # 465.27 has no temperature.gpu.tlimit
+                utilization_percent=float(util),
+                memory_used_mib=used,
+                memory_total_mib=total,
+                temperature_c=temp,
+                thermal_margin_c=None,  # no temperature.gpu.tlimit before ~530
                 thermal_slowdown=False,  # both clocks_throttle_reasons.* "Not Active"
                 encoder_sessions=0,
                 mig_enabled=None,
-                driver_version="465.27",
+                driver_version=driver,
             ),
         )
         assert reading.processes == ()

@@ -30,7 +30,6 @@ _GPU_FIELDS = (
     "index",
     "uuid",
     "name",
-    "pci.bus_id",
     "driver_version",
     "utilization.gpu",
     "memory.used",

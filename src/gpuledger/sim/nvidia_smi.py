@@ -25,8 +25,9 @@ arguments to; ``pid_file`` one where ``hang`` writes its PIDs.
 Replaying a real capture: ``"capture": DIR`` with ``"capture_phase": "idle"|"load"`` answers
 from ``DIR/<phase>-query-gpu.csv`` and ``DIR/<phase>-query-compute-apps.csv`` (columns chosen
 by header name, aliases and unknown fields per ``DIR/help-query-*.txt``). ``"capture": FILE``
-reads a file of ``# nvidia-smi <args>`` sections (the legacy 465.27 sample); a capture without
-a compute-apps section answers with no processes. Relative paths are relative to the state file.
+reads a file of ``# nvidia-smi <args>`` sections (the legacy samples), or a bare
+``--query-gpu`` CSV. A capture without a compute-apps section answers with no processes; one
+without a help text refuses the fields it lacks. Relative paths are relative to the state file.
 """
 
 from __future__ import annotations
@@ -287,10 +288,12 @@ def _load_capture(state: dict[str, Any], base: Path) -> _Capture:
             apps_help=_aliases(read("help-query-compute-apps.txt")),
             list_gpus=read("list-gpus.txt"),
         )
-    sections = _sections(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    sections = _sections(text)
     apps = _section(sections, "--query-compute-apps")
     return _Capture(
-        gpu=_Csv.parse(_section(sections, "--query-gpu") or ""),
+        # A file without sections is one --query-gpu --format=csv output.
+        gpu=_Csv.parse(_section(sections, "--query-gpu") or ("" if sections else text)),
         apps=None if apps is None else _Csv.parse(apps),
         gpu_help=_aliases(_section(sections, "--help-query-gpu")),
         apps_help=_aliases(_section(sections, "--help-query-compute-apps")),
@@ -306,6 +309,9 @@ def _column(table: _Csv, known: dict[str, list[str]] | None, name: str) -> int:
     for spelling in spellings:
         if spelling in table.names:
             return table.names.index(spelling)
+    if known is None:
+        # No help text: the capture queried every field its driver had (the exporter's way).
+        raise _invalid(name)
     raise _ExitError(255, err=f"fake nvidia-smi: the capture has no column {name!r}\n")
 
 
