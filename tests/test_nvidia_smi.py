@@ -6,11 +6,10 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from conftest import FIXTURES, NvidiaWorld
 from gpuledger.collectors.nvidia import (
     NvidiaSmi,
     open_backend,
@@ -21,7 +20,11 @@ from gpuledger.collectors.nvidia import (
 from gpuledger.errors import SourceError
 from gpuledger.model import Gpu, GpuProcess
 
-NVIDIA = FIXTURES / "nvidia"
+if TYPE_CHECKING:  # `from conftest import` would find integration/conftest.py too
+    from conftest import NvidiaWorld
+
+
+NVIDIA = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nvidia"
 CAPTURES = NVIDIA / "captures-nvidia_gpu_exporter"
 MASKED = "GPU-00000000-0000-0000-0000-000000000000"
 UUID_A = "GPU-a44622e3-2296-6285-0a86-84d0f6c67900"

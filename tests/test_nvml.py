@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 import pytest
 
-from conftest import NvidiaWorld
 from fake_pynvml import FakePynvml
 from gpuledger.collectors.nvidia import NvidiaSmi, Nvml, open_backend
 from gpuledger.errors import SourceError
 from gpuledger.model import GpuProcess, GpuReading
+
+if TYPE_CHECKING:  # `from conftest import` would find integration/conftest.py too
+    from conftest import NvidiaWorld
+
 
 UUID_A = "GPU-a44622e3-2296-6285-0a86-84d0f6c67900"
 UUID_B = "GPU-4f31bb83-f8dc-d0af-029e-bc4356e6afeb"
