@@ -7,9 +7,11 @@ state, and ``now`` is passed in, so idle-time rules are tested without sleeping.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 
+from gpuledger.errors import PolicyError
 from gpuledger.model import (
     Code,
     Finding,
@@ -41,6 +43,41 @@ def evaluate(ledger: Ledger, policy: Policy, since: Since, now: datetime) -> tup
     unique = {f.key: f for f in found}
     return tuple(
         sorted(unique.values(), key=lambda f: (-f.level, f.gpu or "", f.code.value, f.owner))
+    )
+
+
+_PROBLEM_AT = re.compile(r"^.*?:(\d+):\d+: ")
+
+
+def policy_invalid(
+    error: PolicyError, last_good: Policy, node: str, since: datetime | None = None
+) -> Finding | None:
+    """The ``policy-invalid`` finding of a reload that failed, naming the file and line.
+
+    ``last_good`` is the policy that stays in force; it decides the finding's level.
+    """
+    rule = last_good.rule(Code.POLICY_INVALID, node)
+    if rule.level is None:
+        return None
+    first = error.problems[0] if error.problems else str(error)
+    at = _PROBLEM_AT.match(first)
+    message = (
+        f"the policy {error.path} failed to load, so the last good one ({last_good.source}) "
+        f"stays in force: {first}"
+    )
+    if len(error.problems) > 1:
+        message += (
+            f" (and {len(error.problems) - 1} more: run 'gpuledger policy check {error.path}')"
+        )
+    return Finding(
+        code=Code.POLICY_INVALID,
+        level=rule.level,
+        gpu=None,
+        node=node,
+        message=message,
+        subject={"file": error.path, "line": int(at[1]) if at else None},
+        since=since,
+        owner=f"policy:{error.path}",
     )
 
 
@@ -262,13 +299,20 @@ def _human(span: timedelta | None) -> str:
 
 
 def _exempt(t: Tenant, rule: Rule) -> bool:
+    """Whether ``unmanaged-tenant`` exempts this tenant by process, container name or label."""
     if t.process and any(fnmatch.fnmatchcase(t.process, g) for g in rule.ignore_processes):
         return True
     if t.container is None:
         return False
     if any(fnmatch.fnmatchcase(t.container.name, g) for g in rule.ignore_containers):
         return True
-    return False
+    # The tenant's container carries its labels once the ledger keeps them (ContainerRef.labels);
+    # until then no label is known and ignore_labels exempts nothing.
+    labels: Mapping[str, str] = getattr(t.container, "labels", None) or {}
+    return any(
+        name in labels and fnmatch.fnmatchcase(labels[name], glob)
+        for name, glob in rule.ignore_labels.items()
+    )
 
 
 def _alloc_words(t: Tenant) -> str:
