@@ -298,3 +298,71 @@ def test_version_and_help() -> None:
             check=False,
         )
         assert help_run.returncode == 0 and "usage: gpuledger" in help_run.stdout
+
+
+def _gpu(world: World, index: int) -> dict[str, Any]:
+    gpu: dict[str, Any] = world.scenario["gpus"][index]
+    return gpu
+
+
+def test_mig_gpu_is_unknown_never_a_false_unreserved_tenant(world: World) -> None:
+    gpus = [dict(g) for g in world.scenario["gpus"]]
+    gpus[2] = gpus[2] | {"mig": True, "utilization": None}
+    world.update(gpus=gpus)
+    doc = ls_json(world)
+    assert doc["gpus"][2]["state"] == "unknown"
+    assert doc["gpus"][2]["utilizationPercent"] is None
+    gpu2 = doc["gpus"][2]["uuid"]
+    assert not any(f["code"] == "unreserved-tenant" and f["gpu"] == gpu2 for f in doc["findings"])
+
+
+def test_task_whose_allocation_is_gone_is_an_orphan(world: World) -> None:
+    etl = "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e52"
+    allocs = [a for a in world.scenario["allocations"] if a["id"] != etl]
+    world.update(allocations=allocs, gone_allocations=[etl])
+    doc = ls_json(world)
+    (orphan,) = [f for f in doc["findings"] if f["code"] == "unreserved-tenant"]
+    assert orphan["subject"]["alloc"] == etl
+    assert "no longer knows" in orphan["message"]
+    (tenant,) = [t for t in doc["gpus"][2]["tenants"] if t["pid"] == 52210]
+    assert tenant["allocVisible"] is False
+
+
+def test_terminal_allocation_reserves_nothing(world: World) -> None:
+    allocs = [
+        a | {"client_status": "complete"} if a["job"] == "notebook-ana" else a
+        for a in world.scenario["allocations"]
+    ]
+    world.update(allocations=allocs)
+    doc = ls_json(world)
+    assert doc["gpus"][1]["state"] == "free"  # its reservation is over
+    assert doc["gpus"][6]["state"] == "unaccounted"  # its notebook still runs there
+    assert doc["gpus"][6]["tenants"][0]["allocVisible"] is True
+    codes_on_6 = [f["code"] for f in doc["findings"] if f["gpu"] == doc["gpus"][6]["uuid"]]
+    assert codes_on_6 == ["unreserved-tenant"]
+
+
+def test_pid_gone_from_proc_is_dropped(world: World) -> None:
+    procs = [
+        p | {"vanished": True} if p["pid"] == 60133 else p for p in world.scenario["processes"]
+    ]
+    world.update(processes=procs)
+    doc = ls_json(world)
+    assert [t["pid"] for t in doc["gpus"][2]["tenants"]] == [52210]
+    assert doc["sources"]["procfs"]["ok"] is True
+
+
+def test_name_like_a_task_without_such_allocation_is_unmanaged(world: World) -> None:
+    stranger = "4b3c2d1e-0f9a-4b8c-9d7e-6f5a4b3c2d10"
+    containers = [
+        c | {"name": f"jupyter-{stranger}"} if c["key"] == "jupyter" else c
+        for c in world.scenario["containers"]
+    ]
+    world.update(containers=containers, gone_allocations=[stranger])
+    doc = ls_json(world)
+    (tenant,) = doc["gpus"][6]["tenants"]
+    assert tenant["alloc"] is None and tenant["allocFromName"] is False
+    assert doc["gpus"][6]["state"] == "reserved-idle"  # the notebook's reservation stands
+    assert any(
+        f["code"] == "unmanaged-tenant" and f["subject"]["pid"] == 91377 for f in doc["findings"]
+    )

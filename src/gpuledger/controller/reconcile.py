@@ -133,7 +133,8 @@ def _ledger_gpu(
     observed: Observed,
     commands: CommandMode,
 ) -> LedgerGpu:
-    found = (_tenant(gpu.uuid, p, reservation, live, view, observed, commands) for p in procs)
+    mig = bool(gpu.mig_enabled)
+    found = (_tenant(gpu.uuid, p, mig, live, view, observed, commands) for p in procs)
     tenants = tuple(sorted((t for t in found if t is not None), key=lambda t: t.pid))
     return LedgerGpu(
         gpu=gpu,
@@ -160,7 +161,7 @@ def _state(
 def _tenant(
     uuid: str,
     proc: GpuProcess,
-    reservation: AllocRef | None,
+    mig: bool,
     live: Mapping[str, Allocation],
     view: NomadView | None,
     observed: Observed,
@@ -172,6 +173,10 @@ def _tenant(
     if claim is None:
         return None
     verdict, why, alloc, visible = _judge(uuid, claim, live, view)
+    if mig and verdict in (Verdict.OWN, Verdict.UNRESERVED):
+        # Reservations name MIG instances while the driver names the parent GPU: until MIG
+        # is supported a Nomad task there is never judged (no false unreserved-tenant).
+        verdict, why = Verdict.UNDECIDED, "mig"
     process = proc.process_name or (info.argv[0] if info and info.argv else None)
     return Tenant(
         pid=proc.pid,

@@ -5,6 +5,7 @@ The cgroup texts follow the captures in ``fixtures/containers/`` (see its README
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,15 @@ def write_proc_tree(root: Path, processes: Iterable[Mapping[str, Any]]) -> None:
 
     ``cmdline`` is a list (written NUL-joined with a trailing NUL), a string (one title blob,
     as a process that rewrote its title shows), or empty (a kernel thread). PID 1 is added
-    when missing, as every real ``/proc`` has it.
+    when missing, as every real ``/proc`` has it. A PID directory written before and not
+    listed now is removed: that process has exited.
     """
     listed = list(processes)
+    keep = {str(int(process["pid"])) for process in listed} | {"1"}
+    if root.is_dir():
+        for old in root.iterdir():
+            if old.name.isdigit() and old.name not in keep:
+                shutil.rmtree(old)
     if not any(int(process["pid"]) == 1 for process in listed):
         listed.insert(0, _INIT)
     for process in listed:
