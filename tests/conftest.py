@@ -1,14 +1,17 @@
-"""Shared test helpers: the fixtures path, and a machine played by the fake nvidia-smi."""
+"""Shared test helpers: the fixtures path, a fake nvidia-smi, and the simulated demo node."""
 
 from __future__ import annotations
 
 import json
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
+from gpuledger.sim.world import World, load_scenario
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 
@@ -29,3 +32,15 @@ class NvidiaWorld:
 def nvidia_world(tmp_path: Path) -> NvidiaWorld:
     """An empty-handed fake nvidia-smi in a temporary directory; call ``set`` first."""
     return NvidiaWorld(tmp_path)
+
+
+@pytest.fixture
+def demo_world() -> Iterator[World]:
+    """The demo scenario's simulated node, running; tests may change it with ``update``."""
+    # unix socket paths must stay under 108 bytes: a short directory in /tmp, not tmp_path
+    with tempfile.TemporaryDirectory(prefix="gl-", dir="/tmp") as tmp:
+        world = World.start(load_scenario("demo"), Path(tmp))
+        try:
+            yield world
+        finally:
+            world.stop()

@@ -10,15 +10,13 @@ import io
 import json
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuledger.cli import main
-from gpuledger.sim.world import World, load_scenario
+from gpuledger.sim.world import World
 
 DEMO_POLICY = Path(__file__).resolve().parents[1] / "src/gpuledger/sim/scenarios/demo-policy.yaml"
 DEMO_STATES = ["held", "reserved-idle", "unaccounted", "free", "unknown", "unaccounted", "held"]
@@ -35,14 +33,8 @@ DEMO_FINDINGS = {
 
 
 @pytest.fixture
-def world() -> Iterator[World]:
-    # unix socket paths must stay under 108 bytes: a short directory in /tmp
-    with tempfile.TemporaryDirectory(prefix="gl-", dir="/tmp") as tmp:
-        w = World.start(load_scenario("demo"), Path(tmp))
-        try:
-            yield w
-        finally:
-            w.stop()
+def world(demo_world: World) -> World:
+    return demo_world
 
 
 def run(*argv: str) -> tuple[int, str]:

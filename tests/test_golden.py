@@ -11,28 +11,21 @@ import io
 import json
 import os
 import re
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuledger.cli import main
-from gpuledger.sim.world import World, load_scenario
+from gpuledger.sim.world import World
 
 GOLDEN = Path(__file__).parent / "golden"
 DEMO_POLICY = Path(__file__).resolve().parents[1] / "src/gpuledger/sim/scenarios/demo-policy.yaml"
 REGEN = os.environ.get("GPULEDGER_REGEN_GOLDEN") == "1"
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[World]:
-    with tempfile.TemporaryDirectory(prefix="gl-", dir="/tmp") as tmp:
-        w = World.start(load_scenario("demo"), Path(tmp))
-        try:
-            yield w
-        finally:
-            w.stop()
+@pytest.fixture
+def world(demo_world: World) -> World:
+    return demo_world
 
 
 def output(world: World, *argv: str) -> str:
