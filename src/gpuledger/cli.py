@@ -327,7 +327,7 @@ def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
         out.write(schema_text())
         return EXIT_OK
     if args.policy_command == "test":
-        from gpuledger.policy.testing import run_policy_tests  # noqa: PLC0415
+        from gpuledger.policytest import run_policy_tests  # noqa: PLC0415
 
         return run_policy_tests(args.files, out)
     try:
