@@ -21,6 +21,7 @@ from typing import TextIO
 from gpuledger import __version__
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
 from gpuledger.collectors.runtimes import default_socket
+from gpuledger.controller.history import rejudge
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import PolicyError, UsageError
@@ -147,6 +148,13 @@ def _source_options(p: argparse.ArgumentParser) -> None:
         "--policy", type=Path, metavar="FILE", help="the policy file (default: the built-in policy)"
     )
     p.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="the history file of gpuledger serve: since when each GPU and finding is as it "
+        "is, and the GPU-second counters (serve keeps it; ls and check read it)",
+    )
+    p.add_argument(
         "--node-name",
         default=socket.gethostname(),
         metavar="NAME",
@@ -199,12 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=_duration("15s"),
         metavar="DURATION",
         help="time between reconciles (default 15s)",
-    )
-    serve.add_argument(
-        "--history",
-        type=Path,
-        metavar="FILE",
-        help="keep since-when and counters in FILE across restarts",
     )
     _source_options(serve)
     pol = sub.add_parser("policy", help="show, validate or test a policy")
@@ -284,6 +286,8 @@ def _ledger(args: argparse.Namespace) -> tuple[Ledger, Policy]:
         version=__version__,
         commands=args.commands,
     )
+    if args.history is not None:
+        ledger = rejudge(ledger, policy, args.history)
     return ledger, policy
 
 

@@ -1,0 +1,373 @@
+"""The node controller's loop: reconcile at a fixed rate, publish a snapshot, keep the history.
+
+Each tick reads every source (each read in a bounded retry whose budget, timeouts included,
+stays below the interval), joins, counts the tick into the history, judges, writes the history
+file and publishes one immutable ``Snapshot`` by swapping a single attribute: the HTTP server
+only ever reads that attribute, never a source. Then it sleeps ``interval - elapsed``.
+
+A clock is passed in, so tests of idle time and of the rate run on fake time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import structlog
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+from tenacity.stop import stop_base
+
+from gpuledger.controller import history as hist
+from gpuledger.controller.reconcile import CommandMode, Desired, Observed, reconcile
+from gpuledger.controller.sources import Guard
+from gpuledger.errors import PolicyError, SourceError
+from gpuledger.model import Finding, Ledger, NodeInfo, SourceName, SourceStatus
+from gpuledger.policy.evaluate import policy_invalid
+from gpuledger.policy.load import load_policy
+from gpuledger.policy.rules import Policy
+
+T = TypeVar("T")
+
+BUDGET_SHARE = 0.8
+"""The share of the interval a tick's source reads may spend, retries included."""
+ATTEMPT_SHARE = 0.3
+"""The share of the interval one attempt at one source may take before it is killed."""
+ATTEMPT_CAP_S = 10.0
+RETRY_WAIT_CAP_S = 0.5
+ATTEMPTS = 3
+
+log = structlog.get_logger("gpuledger.controller")
+
+
+def attempt_timeout(interval: timedelta) -> float:
+    """How long one read of one source may take before it is killed (seconds)."""
+    return min(ATTEMPT_CAP_S, ATTEMPT_SHARE * interval.total_seconds())
+
+
+class Clock(Protocol):
+    """Wall time for the ledger, monotonic time for the rate, and a sleep that can be woken."""
+
+    def now(self) -> datetime:
+        """The wall-clock time, aware, in UTC."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back."""
+        ...
+
+    def sleep(self, seconds: float, wake: threading.Event | None = None) -> None:
+        """Wait ``seconds``, or less when ``wake`` is set."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        """The wall-clock time, aware, in UTC."""
+        return datetime.now(timezone.utc)
+
+    def monotonic(self) -> float:
+        """``time.monotonic``."""
+        return time.monotonic()
+
+    def sleep(self, seconds: float, wake: threading.Event | None = None) -> None:
+        """Wait on ``wake`` so that a signal handler can cut the sleep short."""
+        if wake is None:
+            time.sleep(max(0.0, seconds))
+        else:
+            wake.wait(max(0.0, seconds))
+
+
+class Reader(Protocol):
+    """What the loop reads each tick: ``controller.sources.Sources``, or an in-process fake."""
+
+    def read(self, guard: Guard | None = None) -> tuple[Desired, Observed]:
+        """Read every source once; ``guard`` wraps each read."""
+        ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the endpoints serve, as of one tick. Never changed once published."""
+
+    ledger: Ledger
+    history: hist.History
+    duration_s: float
+    interval: timedelta
+    history_error: str | None = None
+    """Why the history file could not be written at this tick, if it could not."""
+    rendered: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    """Bodies rendered from this snapshot, by endpoint and content type (filled lazily)."""
+
+    def problems(self, now: datetime) -> list[str]:
+        """What keeps the node controller from being healthy, one line each."""
+        lines = [
+            f"{name.value}: {status.error}"
+            for name, status in self.ledger.sources.items()
+            if status.enabled and not status.ok
+        ]
+        if self.history_error:
+            lines.append(f"history: {self.history_error}")
+        stale = now - self.ledger.at
+        if stale > hist.GAP_INTERVALS * self.interval:
+            lines.append(f"reconcile: the last one finished {stale.total_seconds():.0f}s ago")
+        return lines
+
+
+class _Deadline(stop_base):
+    """Stop retrying when another wait and attempt could end past the tick's deadline."""
+
+    def __init__(self, clock: Clock, deadline: float, wait_s: float, attempt_s: float) -> None:
+        self.clock, self.deadline = clock, deadline
+        self.cost = wait_s + attempt_s
+
+    def __call__(self, retry_state: Any) -> bool:
+        return self.clock.monotonic() + self.cost > self.deadline
+
+
+class Controller:
+    """The node controller: ``tick`` once, or ``run`` until ``stop``."""
+
+    def __init__(
+        self,
+        sources: Reader,
+        policy: Policy,
+        node: NodeInfo,
+        interval: timedelta,
+        *,
+        policy_path: Path | None = None,
+        history_path: Path | None = None,
+        clock: Clock | None = None,
+        commands: CommandMode = "redacted",
+        load: Callable[[Path], Policy] = load_policy,
+    ) -> None:
+        self.sources, self.policy, self.node, self.interval = sources, policy, node, interval
+        self.policy_path, self.history_path = policy_path, history_path
+        self.clock: Clock = clock or SystemClock()
+        self.commands: CommandMode = commands
+        self._load = load
+        self.policy_error: PolicyError | None = None
+        self.snapshot: Snapshot | None = None
+        self._stop, self._reload, self._wake = (threading.Event() for _ in range(3))
+        self._last_start: float | None = None
+        self._failing: dict[SourceName, str] = {}
+        self._history_failing = False
+        self.history = self._open_history()
+
+    # ------------------------------------------------------------------ signals
+
+    def stop(self) -> None:
+        """End ``run`` after the tick in progress (SIGTERM, SIGINT)."""
+        self._stop.set()
+        self._wake.set()
+
+    def request_reload(self) -> None:
+        """Reload the policy before the next tick, and run that tick now (SIGHUP)."""
+        self._reload.set()
+        self._wake.set()
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        """Tick at a fixed rate until ``stop``; then write the history once more."""
+        while not self._stop.is_set():
+            self._wait_for_next()
+            if self._stop.is_set():
+                break
+            if self._reload.is_set():
+                self._reload.clear()
+                self.reload_policy()
+            self.safe_tick()
+        self._save()
+        log.info("controller.stopped")
+
+    def _wait_for_next(self) -> None:
+        """Sleep ``interval - elapsed`` since the last tick began; a signal cuts it short."""
+        if self._last_start is None:
+            return
+        while not (self._stop.is_set() or self._reload.is_set()):
+            delay = self._last_start + self.interval.total_seconds() - self.clock.monotonic()
+            if delay <= 0:
+                return
+            self.clock.sleep(delay, self._wake)
+            self._wake.clear()
+
+    def safe_tick(self) -> Snapshot | None:
+        """``tick``, logging instead of dying if a bug escapes: the loop must outlive it."""
+        try:
+            return self.tick()
+        except Exception as exc:
+            self._last_start = self.clock.monotonic()
+            log.exception("reconcile.crashed", error=repr(exc))
+            return None
+
+    def tick(self) -> Snapshot:
+        """One reconcile: read, join, count, judge, save, publish."""
+        started = self.clock.monotonic()
+        self._last_start = started
+        at = self.clock.now()
+        desired, observed = self.sources.read(self._guard(started))
+        node = self.node
+        if desired.view is not None:
+            node = replace(node, nomad_node_id=desired.view.node_id)
+        ledger = reconcile(desired, observed, node, at, self.commands)
+        judged = hist.judge_with(
+            ledger, self.policy, self.history, at, self.interval, self._policy_findings(node)
+        )
+        self.history = judged.history
+        self._log_sources(judged.ledger.sources)
+        self._log_findings(judged)
+        history_error = self._save()
+        duration = self.clock.monotonic() - started
+        snapshot = Snapshot(
+            ledger=judged.ledger,
+            history=judged.history,
+            duration_s=duration,
+            interval=self.interval,
+            history_error=history_error,
+        )
+        self.snapshot = snapshot  # one attribute swap: readers see the old or the new, whole
+        log.info(
+            "reconcile.finished",
+            duration_s=round(duration, 4),
+            gpus=len(ledger.gpus),
+            findings=len(judged.ledger.findings),
+            worst=judged.ledger.worst.name,
+        )
+        return snapshot
+
+    def _guard(self, started: float) -> Guard:
+        """Each source read: up to three attempts, none that could end past the budget."""
+        seconds = self.interval.total_seconds()
+        wait_s = min(RETRY_WAIT_CAP_S, 0.05 * seconds)
+        stop = stop_after_attempt(ATTEMPTS) | _Deadline(
+            self.clock, started + BUDGET_SHARE * seconds, wait_s, attempt_timeout(self.interval)
+        )
+        clock = self.clock
+
+        def guard(name: str, read: Callable[[], T]) -> T:
+            retrying = Retrying(
+                retry=retry_if_exception_type(SourceError),
+                stop=stop,
+                wait=wait_fixed(wait_s),
+                sleep=clock.sleep,
+                reraise=True,
+            )
+            return retrying(read)
+
+        return guard
+
+    # ------------------------------------------------------------------ the policy
+
+    def reload_policy(self) -> None:
+        """Load the policy file again; a bad one keeps the last good one and is a finding."""
+        if self.policy_path is None:
+            log.info("policy.reloaded", policy="<built-in>")
+            return
+        try:
+            policy = self._load(self.policy_path)
+        except PolicyError as exc:
+            self.policy_error = exc
+            log.error(  # noqa: TRY400 - a user's mistake, not a bug: no traceback
+                "policy.reload_failed",
+                policy=str(self.policy_path),
+                problems=exc.problems or [str(exc)],
+                kept=self.policy.source,
+            )
+            return
+        self.policy, self.policy_error = policy, None
+        log.info("policy.reloaded", policy=str(self.policy_path))
+
+    def _policy_findings(self, node: NodeInfo) -> tuple[Finding, ...]:
+        """``policy-invalid`` while the file on disk fails to load."""
+        if self.policy_error is None:
+            return ()
+        found = policy_invalid(self.policy_error, self.policy, node.name)
+        return (found,) if found else ()
+
+    # ------------------------------------------------------------------ the history file
+
+    def _open_history(self) -> hist.History:
+        """The history at start-up: a corrupt file is set aside, never a reason to stop."""
+        fresh = hist.History(interval=self.interval)
+        path = self.history_path
+        if path is None:
+            return fresh
+        try:
+            return hist.load(path)
+        except FileNotFoundError:
+            log.info("history.started", path=str(path), reason="no history file yet")
+        except hist.HistoryCorruptError as exc:
+            try:
+                corrupt = str(hist.set_aside(path))
+            except OSError as err:
+                corrupt = f"not set aside: {err.strerror or err}"
+            log.warning("history.corrupt", path=str(path), reason=str(exc), set_aside=corrupt)
+        except OSError as exc:
+            log.warning("history.unreadable", path=str(path), error=exc.strerror or str(exc))
+        return fresh
+
+    def _save(self) -> str | None:
+        """Write the history file; why not, when it cannot be written (logged once per spell)."""
+        if self.history_path is None:
+            return None
+        try:
+            hist.save(self.history_path, self.history)
+        except OSError as exc:
+            error = f"cannot write {self.history_path}: {exc.strerror or exc}"
+            if not self._history_failing:
+                log.error(  # noqa: TRY400 - the disk's state, not a bug: no traceback
+                    "history.write_failed", path=str(self.history_path), error=error
+                )
+            self._history_failing = True
+            return error
+        if self._history_failing:
+            log.info("history.write_recovered", path=str(self.history_path))
+        self._history_failing = False
+        return None
+
+    # ------------------------------------------------------------------ events
+
+    def _log_sources(self, sources: Mapping[SourceName, SourceStatus]) -> None:
+        """``source.read_failed`` when a source starts failing (or fails anew), then
+        ``source.recovered``: once per spell, not once per tick."""
+        for name, status in sources.items():
+            before = self._failing.get(name)
+            if status.enabled and not status.ok:
+                error = status.error or "unreadable"
+                if before != error:
+                    log.warning(
+                        "source.read_failed", source=name.value, error=error, hint=status.hint
+                    )
+                self._failing[name] = error
+            elif before is not None:
+                del self._failing[name]
+                log.info("source.recovered", source=name.value)
+
+    def _log_findings(self, judged: hist.Judged) -> None:
+        for f in judged.opened:
+            log.info(
+                "finding.opened",
+                code=f.code.value,
+                level=f.level.name,
+                gpu=f.gpu,
+                subject=dict(f.subject),
+                message=f.message,
+            )
+        previous = {f.key: f for f in self.snapshot.ledger.findings} if self.snapshot else {}
+        for key in judged.resolved:
+            code, gpu, owner = key
+            gone = previous.get(key)
+            log.info(
+                "finding.resolved",
+                code=code,
+                level=gone.level.name if gone else None,
+                gpu=gpu,
+                subject=dict(gone.subject) if gone else {"owner": owner},
+            )
