@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -235,3 +237,28 @@ def test_findings_are_sorted_worst_first() -> None:
         "unreserved-tenant",
         "unmanaged-tenant",
     ]
+
+
+@dataclass(frozen=True)
+class LabelledRef(ContainerRef):
+    """A container reference with labels, as the ledger will carry them (ContainerRef.labels)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def test_unmanaged_tenant_exempts_a_container_by_label() -> None:
+    text = "version: 1\nfindings:\n  unmanaged-tenant: {ignore_labels: {maintainer: 'video-*'}}\n"
+    video = LabelledRef(
+        id="c" * 64, name="live", runtime="docker", labels={"maintainer": "video-team"}
+    )
+    other = LabelledRef(
+        id="d" * 64, name="live", runtime="docker", labels={"maintainer": "ml-team"}
+    )
+    bare = ContainerRef(id="e" * 64, name="live", runtime="docker")
+    for container, expected in (
+        (video, []),
+        (other, [("unmanaged-tenant", "WARN")]),
+        (bare, [("unmanaged-tenant", "WARN")]),
+    ):
+        lg = ledger(GpuState.UNACCOUNTED, tenant(Verdict.UNMANAGED, container=container))
+        assert codes(lg, text) == expected
