@@ -66,6 +66,7 @@ class Override:
     match: Match
     findings: Mapping[Code, Mapping[str, Any]]
     line: int = 0
+    """Where the override starts in its file (0: not from a file)."""
 
 
 @dataclass(frozen=True)
