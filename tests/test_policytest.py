@@ -6,10 +6,12 @@ import io
 import shutil
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
 from gpuledger.cli import main
+from gpuledger.policytest import TEST_FILE_SCHEMA
 from gpuledger.sim.world import load_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "policy"
@@ -205,3 +207,7 @@ def test_an_invalid_policy_under_test_is_a_usage_error_with_its_messages(
         f"gpuledger policy: {tmp_path / 'p.yaml'}:3:16: findings.hot.level: 'SEVERE' is not one "
         "of OK, WARN, BAD, ERROR, off\n"
     )
+
+
+def test_the_test_file_schema_is_a_valid_json_schema() -> None:
+    jsonschema.Draft202012Validator.check_schema(TEST_FILE_SCHEMA)

@@ -46,6 +46,7 @@ import yaml
 
 from gpuledger import __version__
 from gpuledger.controller.node import one_shot
+from gpuledger.controller.reconcile import _state as gpu_state
 from gpuledger.demo import world_config
 from gpuledger.errors import ConfigError, PolicyError
 from gpuledger.model import (
@@ -59,6 +60,7 @@ from gpuledger.model import (
     LedgerGpu,
     Level,
     NodeInfo,
+    NomadView,
     Since,
     SourceName,
     SourceStatus,
@@ -86,50 +88,44 @@ _INLINE_NODE = "node-1"
 _YAML = (".yaml", ".yml")
 
 
-def _alloc_schema(example: str) -> dict[str, Any]:
+def _closed(title: str, properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    """A mapping schema that refuses unknown keys (a typo must never be ignored)."""
+    schema = {"title": title, "type": "object", "additionalProperties": False}
     return {
-        "title": f"an allocation such as {example}",
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["id"],
-        "properties": {
-            key: {"type": "string", "minLength": 1}
-            for key in ("id", "namespace", "job", "group", "task")
-        },
+        **schema,
+        "properties": properties,
+        **({"required": list(required)} if required else {}),
     }
 
 
-_TENANT = {
-    "title": "a tenant such as {pid: 4100, process: python3, alloc: {id: a1, task: t}}",
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
+_TEXT = {"type": "string", "minLength": 1}
+_ALLOC = _closed(
+    "an allocation such as {id: a1, namespace: research, job: train, task: trainer}",
+    dict.fromkeys(("id", "namespace", "job", "group", "task"), _TEXT),
+    "id",
+)
+_CONTAINER = _closed(
+    "a container such as {name: transcoder, runtime: docker}",
+    {"name": _TEXT, "id": _TEXT, "runtime": {"enum": ["docker", "podman"]}},
+    "name",
+)
+_TENANT = _closed(
+    "a tenant such as {pid: 4100, process: python3, alloc: {id: a1, task: t}}",
+    {
         "pid": {"type": "integer", "minimum": 1},
         "process": {"type": "string"},
         "command": {"type": "string"},
-        "alloc": _alloc_schema("{id: a1, namespace: research, job: train, task: trainer}"),
+        "alloc": _ALLOC,
         "visible": {"type": "boolean"},
-        "container": {
-            "title": "a container such as {name: transcoder, runtime: docker}",
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["name"],
-            "properties": {
-                "name": {"type": "string", "minLength": 1},
-                "id": {"type": "string", "minLength": 1},
-                "runtime": {"enum": ["docker", "podman"]},
-            },
-        },
+        "container": _CONTAINER,
         "verdict": {"enum": [v.value for v in Verdict]},
     },
-}
-_GPU = {
-    "title": "a GPU such as {index: 0, utilization: 3, reservation: {...}, tenants: [...]}",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["index"],
-    "properties": {
-        "index": {"type": "integer", "minimum": 0},
+)
+_COUNT = {"type": "integer", "minimum": 0}
+_GPU = _closed(
+    "a GPU such as {index: 0, utilization: 3, reservation: {...}, tenants: [...]}",
+    {
+        "index": _COUNT,
         "uuid": {"type": "string", "pattern": "^(GPU|MIG)-"},
         "name": {"type": "string"},
         "state": {"enum": [s.value for s in GpuState]},
@@ -137,19 +133,17 @@ _GPU = {
         "temperature": {"type": "integer"},
         "thermal_margin": {"type": "integer"},
         "thermal_slowdown": {"type": "boolean"},
-        "encoder_sessions": {"type": "integer", "minimum": 0},
+        "encoder_sessions": _COUNT,
         "encoder_cap": {"type": "integer", "minimum": 1},
-        "reservation": _alloc_schema("{id: a1, namespace: research, job: train, task: trainer}"),
+        "reservation": _ALLOC,
         "tenants": {"type": "array", "items": _TENANT},
     },
-}
+    "index",
+)
 _CODE = {"title": "a finding code such as reserved-idle", "enum": [c.value for c in Code]}
-_EXPECTED = {
-    "title": "a finding such as {code: hot, level: WARN, gpu: 3}",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["code", "level"],
-    "properties": {
+_EXPECTED = _closed(
+    "a finding such as {code: hot, level: WARN, gpu: 3}",
+    {
         "code": _CODE,
         "level": {"title": "one of OK, WARN, BAD, ERROR", "enum": [v.name for v in Level]},
         "gpu": {
@@ -162,50 +156,43 @@ _EXPECTED = {
             "additionalProperties": {"type": ["string", "integer", "null"]},
         },
     },
-}
-_CASE = {
-    "title": "a test case such as {name: ..., gpus: [...], expect: [...]}",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["name", "expect"],
-    "properties": {
-        "name": {"type": "string", "minLength": 1},
-        "node": {"type": "string", "minLength": 1},
-        "scenario": {"type": "string", "minLength": 1},
+    "code",
+    "level",
+)
+_DURATION = {"$ref": "#/$defs/duration"}
+_CASE = _closed(
+    "a test case such as {name: ..., gpus: [...], expect: [...]}",
+    {
+        "name": _TEXT,
+        "node": _TEXT,
+        "scenario": _TEXT,
         "gpus": {"type": "array", "items": _GPU},
-        "sources": {
-            "title": "a mapping such as {nomad: '500 Internal Server Error', podman: off}",
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {s.value: {"type": "string", "minLength": 1} for s in SourceName},
-        },
+        "sources": _closed(
+            "a mapping such as {nomad: '500 Internal Server Error', podman: off}",
+            {s.value: _TEXT for s in SourceName},
+        ),
         "history": {
             "title": "a mapping such as {1: {state: 30h}, 6: {idle: 8h}}",
             "type": "object",
-            "additionalProperties": {
-                "title": "a mapping such as {state: 30h, idle: 8h}",
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "state": {"$ref": "#/$defs/duration"},
-                    "idle": {"$ref": "#/$defs/duration"},
-                },
-            },
+            "additionalProperties": _closed(
+                "a mapping such as {state: 30h, idle: 8h}",
+                {"state": _DURATION, "idle": _DURATION},
+            ),
         },
         "codes": {"type": "array", "items": _CODE},
         "expect": {"type": "array", "items": _EXPECTED},
     },
-}
+    "name",
+    "expect",
+)
 TEST_FILE_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "a gpuledger policy test file: {policy: FILE, tests: [...]}",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["policy", "tests"],
-    "properties": {
-        "policy": {"type": "string", "minLength": 1},
-        "tests": {"type": "array", "minItems": 1, "items": _CASE},
-    },
+    **_closed(
+        "a gpuledger policy test file: {policy: FILE, tests: [...]}",
+        {"policy": _TEXT, "tests": {"type": "array", "minItems": 1, "items": _CASE}},
+        "policy",
+        "tests",
+    ),
     "$defs": {"duration": policy_schema()["$defs"]["duration"]},
 }
 
@@ -370,16 +357,6 @@ def _tenant(doc: Mapping[str, Any], pid: int, reservation: AllocRef | None) -> T
     )
 
 
-def _state(reservation: AllocRef | None, tenants: Sequence[Tenant]) -> GpuState:
-    """The state reconcile would give (DESIGN §3)."""
-    if any(t.verdict in (Verdict.HIDDEN, Verdict.UNDECIDED) for t in tenants):
-        return GpuState.UNKNOWN
-    if reservation is not None:
-        own = any(t.verdict is Verdict.OWN for t in tenants)
-        return GpuState.HELD if own else GpuState.RESERVED_IDLE
-    return GpuState.UNACCOUNTED if tenants else GpuState.FREE
-
-
 def _inline_gpu(doc: Mapping[str, Any]) -> LedgerGpu:
     index = int(doc["index"])
     gpu = Gpu(
@@ -397,7 +374,13 @@ def _inline_gpu(doc: Mapping[str, Any]) -> LedgerGpu:
         _tenant(t, 1000 * (index + 1) + i, reservation)
         for i, t in enumerate(doc.get("tenants", []))
     )
-    state = GpuState(doc["state"]) if "state" in doc else _state(reservation, tenants)
+    # The state reconcile would give: the one rule of DESIGN §3, not a copy of it.
+    nomad_read = NomadView(node_id="", allocations=())
+    state = (
+        GpuState(doc["state"])
+        if "state" in doc
+        else gpu_state(gpu, reservation, tenants, nomad_read)
+    )
     return LedgerGpu(
         gpu=gpu,
         state=state,
