@@ -542,7 +542,7 @@ def test_tls_client_certificate(pki: Pki) -> None:
     with FakeNomad(NODE, tls=server_context(pki, require_client_cert=True)) as fake:
         base = NomadSettings(addr=f"https://localhost:{fake.port}", ca_cert=pki.ca)
         err = source_error(NomadReader(base))
-        assert "refused no client certificate" in err.message
+        assert "requires a client certificate and none was given" in err.message
         assert "NOMAD_CLIENT_CERT" in (err.hint or "")
         with_cert = replace(base, client_cert=pki.client_cert, client_key=pki.client_key)
         assert NomadReader(with_cert).read().node_id == NODE

@@ -49,6 +49,9 @@ _CLIENT_CERT_ALERTS = (
     "CERTIFICATE_UNKNOWN",
 )
 
+# The end of what a Nomad server before 1.11.1 answers when it looks a JWT up as a token secret.
+_UUID_ONLY = "UUID must be 36 characters"
+
 _T = TypeVar("_T")
 
 
@@ -439,6 +442,15 @@ class NomadReader:
                 "give gpuledger a current token (a workload identity's token file is renewed "
                 "by Nomad; a static token must be replaced)",
             )
+        if status == 500 and _UUID_ONLY in body and call.path.startswith("/v1/agent/"):
+            # hashicorp/nomad #27079: an agent that is also a server resolved /v1/agent tokens
+            # as UUID secrets until 1.11.1, so a workload identity (a JWT) failed there only.
+            return self._error(
+                f"{where}: {body} (an agent that is also a server cannot resolve a workload "
+                "identity on /v1/agent before Nomad 1.11.1)",
+                "pass --nomad-node-id (${node.unique.id} in the job), or upgrade Nomad to "
+                "1.11.1 or later",
+            )
         if status == 404 and call.not_found is not None:
             return self._error(*call.not_found)
         if status == 403:
@@ -464,10 +476,12 @@ class NomadReader:
                 return self._name_mismatch(call)
             if isinstance(cause, ssl.SSLError):
                 reason = cause.reason or ""
-                given = (
-                    f"the client certificate {settings.client_cert}"
-                    if settings.client_cert
-                    else "no client certificate"
+                cert = settings.client_cert
+                given = f"the client certificate {cert}" if cert else "no client certificate"
+                refused = (
+                    f"the Nomad server refused the client certificate {cert}"
+                    if cert
+                    else "the Nomad server requires a client certificate and none was given"
                 )
                 cert_hint = (
                     "set NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY to a certificate signed by the "
@@ -475,7 +489,7 @@ class NomadReader:
                 )
                 if any(alert in reason for alert in _CLIENT_CERT_ALERTS):
                     return self._error(
-                        f"GET {call.path}: the Nomad server refused {given} ({reason})",
+                        f"GET {call.path}: {refused} ({reason})",
                         cert_hint,
                     )
                 if isinstance(cause, ssl.SSLEOFError | ssl.SSLZeroReturnError):

@@ -4,9 +4,9 @@ Responses are shaped like Nomad's (``notes/nomad-consul.md`` §1-3 and ``fixture
 full allocations with the whole ``Job`` and ``AllocatedResources``, ``null`` for empty lists as
 go-codec encodes them, plain-text error bodies. It shares no code with the collector it fakes.
 
-Access control lives in :class:`Access`, asked one question per endpoint (may this token use
-this capability in this namespace?), so full ACL tokens and policies can replace the simple
-rules without touching the routes.
+Access control is asked one question per endpoint (may this token use this capability in this
+namespace?): :class:`Access` holds simple rules (one token, hidden namespaces), and
+``gpuledger.sim.nomad_acl.AclAccess`` real tokens and policies, without touching the routes.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["Access", "FakeNomad", "Fault", "RecordedRequest"]
+__all__ = ["Access", "AccessControl", "FakeNomad", "Fault", "RecordedRequest"]
 
 Fault = Literal["403", "500", "expired", "down"]
 
@@ -39,6 +39,12 @@ PERMISSION_DENIED = "Permission denied"
 TOKEN_NOT_FOUND = "ACL token not found"  # noqa: S105 (an error message)
 TOKEN_EXPIRED = "ACL token expired"  # noqa: S105 (an error message)
 INTERNAL_ERROR = "rpc error: No cluster leader"
+# What an agent that is also a server answered on /v1/agent/* for a workload identity before
+# 1.11.1 (hashicorp/nomad #27079, fixed by #27099): it looked the JWT up as a UUID secret.
+UUID_LOOKUP_FAILED = (
+    "failed to resolve ACL token: acl token lookup failed: index error: UUID must be 36 characters"
+)
+IDENTITY_FIX_VERSION = (1, 11, 1)
 
 AGENT_READ = "agent:read"
 NODE_READ = "node:read"
@@ -55,24 +61,57 @@ class RecordedRequest:
     token_sent: bool
 
 
+class AccessControl(Protocol):
+    """What the fake asks before it answers: who the token is, and what it may do."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether ACLs are on (``config.ACL.Enabled`` of agent/self)."""
+        ...
+
+    def authenticate(self, token: str | None) -> tuple[int, str] | None:
+        """The status and body when ``token`` cannot be resolved; ``None`` when it can."""
+        ...
+
+    def denial(self, token: str | None, capability: str, namespace: str | None) -> tuple[int, str]:
+        """Why ``token`` may not use ``capability`` in ``namespace``; ``(0, "")`` when it may."""
+        ...
+
+
 @dataclass
 class Access:
-    """Who may read what: one required token, and namespaces no token may read.
+    """Simple rules: one required token, and namespaces no token may read.
 
-    ``denial`` answers ``None`` (allowed) or the status and body Nomad would send. A richer
-    ACL (tokens bound to policies) subclasses this and overrides ``denial``.
+    ``gpuledger.sim.nomad_acl.AclAccess`` is the real thing: tokens bound to policies.
     """
 
     required_token: str | None = None
     hidden_namespaces: set[str] = field(default_factory=set)
 
-    def denial(self, token: str | None, capability: str, namespace: str | None) -> tuple[int, str]:
-        """Why ``token`` may not use ``capability`` in ``namespace``; ``(0, "")`` when it may."""
+    @property
+    def enabled(self) -> bool:
+        """ACLs are on when a token is required."""
+        return self.required_token is not None
+
+    def authenticate(self, token: str | None) -> tuple[int, str] | None:
+        """``403 ACL token not found`` for any token but the required one."""
         if self.required_token is not None and token != self.required_token:
             return 403, TOKEN_NOT_FOUND
+        return None
+
+    def denial(self, token: str | None, capability: str, namespace: str | None) -> tuple[int, str]:
+        """Why ``token`` may not use ``capability`` in ``namespace``; ``(0, "")`` when it may."""
+        refused = self.authenticate(token)
+        if refused:
+            return refused
         if capability == READ_JOB and namespace in self.hidden_namespaces:
             return 403, PERMISSION_DENIED
         return 0, ""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    core = re.split(r"[-+]", text, maxsplit=1)[0]
+    return tuple(int(part) for part in core.split(".") if part.isdigit())
 
 
 # --------------------------------------------------------------------------- JSON builders
@@ -375,9 +414,13 @@ class FakeNomad:
         self.gpus = tuple(gpus)
         self.tls = tls
         self.unix_socket = unix_socket
-        self.access = Access()
+        self.access: AccessControl = Access()
         self.client_agent = True
         """``False``: the agent is a server only, and agent/self has no ``stats.client``."""
+        self.server_agent = False
+        """``True`` (with ``client_agent``): one agent that is both client and server."""
+        self.version = NOMAD_VERSION
+        """The agent's Nomad version (``config.Version.Version``)."""
         self.requests: list[RecordedRequest] = []
         self.index = 1
         self.port = 0
@@ -468,16 +511,21 @@ class FakeNomad:
             self._gone = set(alloc_ids)
 
     def set_hidden_namespaces(self, namespaces: set[str]) -> None:
-        """The token may not ``read-job`` in these namespaces."""
-        self.access.hidden_namespaces = set(namespaces)
+        """The token may not ``read-job`` in these namespaces (simple rules only)."""
+        if isinstance(self.access, Access):
+            self.access.hidden_namespaces = set(namespaces)
+        elif namespaces:
+            raise TypeError("with ACL policies on, hide a namespace by leaving it out of them")
 
     @property
     def required_token(self) -> str | None:
-        """The token every request must carry (``None``: ACLs off)."""
-        return self.access.required_token
+        """The token every request must carry (``None``: ACLs off, or ACL policies on)."""
+        return self.access.required_token if isinstance(self.access, Access) else None
 
     @required_token.setter
     def required_token(self, token: str | None) -> None:
+        if not isinstance(self.access, Access):
+            raise TypeError("ACL policies are on: create a token with them instead")
         self.access.required_token = token
 
     def fault(self, kind: Fault | None) -> None:
@@ -502,7 +550,14 @@ class FakeNomad:
             return 500, INTERNAL_ERROR
         if self._fault == "expired":
             return 500, TOKEN_EXPIRED
+        if self.unix_socket is not None and token is None:
+            # The Task API always requires authentication, ACLs or not, and never falls back
+            # to the anonymous policy (api-docs/task-api.mdx).
+            return 403, PERMISSION_DENIED
         if path == "/v1/agent/self":
+            if self._resolves_as_uuid_only() and token is not None and len(token) != 36:
+                # Every secret is a UUID, so only a workload identity (a JWT) gets here.
+                return 500, UUID_LOOKUP_FAILED
             return self._guarded(token, AGENT_READ, None) or (200, self._agent_self())
         if match := _NODE_ALLOCS.match(path):
             return self._guarded(token, NODE_READ, None) or (
@@ -519,6 +574,15 @@ class FakeNomad:
         if match := _ALLOC.match(path):
             return self._alloc(unquote(match[1]), token)
         return 404, "404 page not found"
+
+    def _resolves_as_uuid_only(self) -> bool:
+        """An agent that is also a server, before 1.11.1, resolves /v1/agent tokens by UUID."""
+        return (
+            self.access.enabled
+            and self.server_agent
+            and self.client_agent
+            and _version(self.version) < IDENTITY_FIX_VERSION
+        )
 
     def _guarded(
         self, token: str | None, capability: str, namespace: str | None
@@ -540,18 +604,21 @@ class FakeNomad:
         ]
 
     def _alloc(self, alloc_id: str, token: str | None) -> tuple[int, Any]:
+        # The token is resolved first; the allocation is looked up in every namespace; only
+        # then is read-job checked on the allocation's own namespace (notes §1).
+        refused = self.access.authenticate(token)
+        if refused:
+            return refused
         with self._lock:
             alloc = None if alloc_id in self._gone else self._allocs.get(alloc_id)
-        denied = self._guarded(token, READ_JOB, alloc["Namespace"] if alloc else None)
-        if denied and denied[1] == TOKEN_NOT_FOUND:
-            return denied
         if alloc is None:
             return 404, "alloc not found"
-        return denied or (200, alloc)
+        return self._guarded(token, READ_JOB, alloc["Namespace"]) or (200, alloc)
 
     def _agent_self(self) -> dict[str, Any]:
         with self._lock:
             running = sum(a["ClientStatus"] == "running" for a in self._allocs.values())
+        server = self.server_agent or not self.client_agent
         stats: dict[str, Any] = {
             "runtime": {"arch": "amd64", "kernel.name": "linux", "version": "go1.24.6"},
         }
@@ -568,17 +635,25 @@ class FakeNomad:
                 "Region": "global",
                 "Datacenter": "dc1",
                 "NodeName": self.node_name,
-                "Version": {"Version": NOMAD_VERSION, "Prerelease": "", "Metadata": ""},
+                "Version": {"Version": self.version, "Prerelease": "", "Metadata": ""},
                 "Client": {"Enabled": self.client_agent},
-                "Server": {"Enabled": not self.client_agent},
-                "ACL": {
-                    "Enabled": self.access.required_token is not None,
-                    "ReplicationToken": "<redacted>",
-                },
+                "Server": {"Enabled": server},
+                "ACL": {"Enabled": self.access.enabled, "ReplicationToken": "<redacted>"},
             },
-            # On a client-only agent, member is a zero-value struct.
-            "member": {"Name": "", "Addr": "", "Port": 0, "Tags": None, "Status": "none"},
+            "member": self._member(server),
             "stats": stats,
+        }
+
+    def _member(self, server: bool) -> dict[str, Any]:
+        if not server:
+            # On a client-only agent, member is a zero-value struct.
+            return {"Name": "", "Addr": "", "Port": 0, "Tags": None, "Status": "none"}
+        return {
+            "Name": f"{self.node_name}.global",
+            "Addr": "10.0.0.10",
+            "Port": 4648,
+            "Tags": {"role": "nomad", "region": "global", "dc": "dc1", "build": self.version},
+            "Status": "alive",
         }
 
     def _node(self) -> dict[str, Any]:
@@ -618,7 +693,7 @@ class FakeNomad:
             "DrainStrategy": None,
             "Attributes": {
                 "unique.hostname": self.node_name,
-                "nomad.version": NOMAD_VERSION,
+                "nomad.version": self.version,
                 "driver.docker": "1",
                 "unique.cgroup.version": "v2",
             },
