@@ -10,6 +10,7 @@ import ssl
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from gpuledger.collectors.nomad import (
 )
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import AllocLookup
+from gpuledger.sim.nomad_acl import AclAccess, AclPolicyError, JobAcl, parse_policy
 from gpuledger.sim.nomad_api import FakeNomad
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nomad"
@@ -565,3 +567,244 @@ def test_unix_socket_address(tmp_path: Path) -> None:
         fake.fault("down")
         err = source_error(reader)
         assert err.message.startswith(f"Nomad at unix://{sock} is unreachable")
+
+
+def test_task_api_always_wants_a_token(tmp_path: Path) -> None:
+    with FakeNomad(NODE, unix_socket=tmp_path / "api.sock") as fake:
+        # ACLs off, and still: the Task API always requires authentication.
+        err = source_error(NomadReader(NomadSettings(addr=fake.url)))
+        assert "403 Permission denied" in err.message
+        assert NomadReader(NomadSettings(addr=fake.url, token=TOKEN)).read().node_id == NODE
+
+
+# --------------------------------------------------------------------------- ACL policies
+
+
+def test_policy_shorthand_is_the_documented_capabilities() -> None:
+    policy = parse_policy(
+        'namespace "*" { policy = "read" }\n'
+        'namespace { capabilities = ["read-logs"] }\n'
+        'namespace "ops" {\n  policy = "read"\n  capabilities = ["submit-job"]\n}\n'
+        'node { policy = "write" }\n'
+    )
+    # The table of acl-policy.mdx, by hand.
+    read = {
+        "list-jobs",
+        "parse-job",
+        "read-job",
+        "csi-list-volume",
+        "csi-read-volume",
+        "list-scaling-policies",
+        "read-scaling-policy",
+        "read-job-scaling",
+    }
+    assert policy.namespaces == {
+        "*": frozenset(read),
+        "default": frozenset({"read-logs"}),  # a namespace rule without a label
+        "ops": frozenset(read | {"submit-job"}),
+    }
+    assert (policy.node, policy.agent) == ("write", None)
+
+
+@pytest.mark.parametrize(
+    ("rules", "words"),
+    [
+        ("", "Invalid policy"),
+        ('node { policy = "admin" }', "Invalid node policy"),
+        ('agent { policy = "list" }', "Invalid agent policy"),
+        ('namespace "a" { policy = "owner" }', "Invalid namespace policy"),
+        ('namespace "a" { capabilities = ["read-jobs"] }', "Invalid namespace capability"),
+        ('namespace "a_b" { policy = "read" }', "Invalid namespace name"),
+        ('node { policy = "read"', "Failed to parse"),
+        ('nodes { policy = "read" }', "unknown rule"),
+    ],
+)
+def test_invalid_policies_are_refused(rules: str, words: str) -> None:
+    with pytest.raises(AclPolicyError, match=words):
+        parse_policy(rules)
+
+
+def _may_read_job(acl: AclAccess, token: str, namespace: str) -> bool:
+    return acl.denial(token, "read-job", namespace) == (0, "")
+
+
+def test_one_namespace_rule_applies_exact_then_closest_glob() -> None:
+    acl = AclAccess()
+    # The example of the policy reference: production-web is closer to "*-web" than to "*".
+    acl.apply_policy(
+        "p",
+        'namespace "*-web" { policy = "deny" }\n'
+        'namespace "*" { policy = "write" }\n'
+        'namespace "research" { capabilities = ["list-jobs"] }\n',
+    )
+    token = acl.create_token("t", ["p"]).secret
+    assert not _may_read_job(acl, token, "production-web")
+    assert _may_read_job(acl, token, "production-api")
+    # The exact rule wins over "*" even though it grants less.
+    assert not _may_read_job(acl, token, "research")
+
+
+def test_policies_merge_and_deny_wins() -> None:
+    acl = AclAccess()
+    acl.apply_policy("reader", 'namespace "*" { policy = "read" }\nnode { policy = "read" }')
+    acl.apply_policy("no-finance", 'namespace "finance" { policy = "deny" }')
+    acl.apply_policy("no-nodes", 'node { policy = "deny" }')
+    reader = acl.create_token("r", ["reader", "no-finance", "never-made"]).secret
+    assert _may_read_job(acl, reader, "research")
+    assert not _may_read_job(acl, reader, "finance")
+    assert acl.denial(reader, "node:read", None) == (0, "")
+    assert acl.denial(reader, "agent:read", None) == (403, "Permission denied")
+    both = acl.create_token("b", ["reader", "no-nodes"]).secret
+    assert acl.denial(both, "node:read", None) == (403, "Permission denied")
+    acl.delete_policy("reader")
+    assert not _may_read_job(acl, reader, "research")
+    root = acl.create_token("root", management=True).secret
+    assert acl.denial(root, "agent:read", None) == (0, "")
+
+
+def test_identity_gets_the_policies_of_its_job() -> None:
+    acl = AclAccess()
+    acl.apply_policy("gpuledger", 'node { policy = "read" }', job=JobAcl("ops", "gpuledger"))
+    acl.apply_policy(
+        "task-only", 'agent { policy = "read" }', job=JobAcl("ops", "gpuledger", task="x")
+    )
+    mine = acl.issue_identity("ops", "gpuledger", "agent", "gpuledger")
+    other = acl.issue_identity("default", "gpuledger", "agent", "gpuledger")
+    assert mine.count(".") == 2  # a JWT
+    assert acl.denial(mine, "node:read", None) == (0, "")
+    assert acl.denial(mine, "agent:read", None) == (403, "Permission denied")
+    assert acl.denial(other, "node:read", None) == (403, "Permission denied")
+
+
+@pytest.fixture
+def acl_fake() -> Iterator[tuple[FakeNomad, AclAccess]]:
+    acl = AclAccess()
+    server = FakeNomad(NODE, gpus=[GPU0, GPU1])
+    server.access = acl
+    server.set_allocations(
+        [spec(), spec(OTHER, namespace="finance", job="risk", tasks={"risk": [GPU1]})]
+    )
+    server.set_gone(["a-gone"])
+    with server:
+        yield server, acl
+
+
+def get(fake: FakeNomad, path: str, token: str | None = None, bearer: bool = False) -> Any:
+    headers = {}
+    if token is not None:
+        headers = {"Authorization": f"bEaReR {token}"} if bearer else {"X-Nomad-Token": token}
+    return requests.get(f"{fake.url}{path}", headers=headers, timeout=5)
+
+
+def test_acl_errors_are_plain_text_with_nomads_codes(acl_fake: tuple[FakeNomad, AclAccess]) -> None:
+    fake, acl = acl_fake
+    acl.apply_policy("jobs", 'namespace "*" { policy = "read" }')
+    no_node = acl.create_token("jobs", ["jobs"]).secret
+    old = acl.create_token("old", ["jobs"], expires=datetime(2020, 1, 1, tzinfo=timezone.utc))
+    for path in (f"/v1/node/{NODE}", f"/v1/node/{NODE}/allocations", "/v1/agent/self"):
+        denied = get(fake, path, no_node)
+        assert (denied.status_code, denied.text) == (403, "Permission denied")
+        assert denied.headers["Content-Type"] == "text/plain; charset=utf-8"
+        unknown = get(fake, path, "11111111-2222-4333-8444-555555555555")
+        assert (unknown.status_code, unknown.text) == (403, "ACL token not found")
+        expired = get(fake, path, old.secret)
+        assert (expired.status_code, expired.text) == (500, "ACL token expired")
+        anonymous = get(fake, path)
+        assert (anonymous.status_code, anonymous.text) == (403, "Permission denied")
+
+
+def test_node_allocations_drop_unreadable_namespaces_silently(
+    acl_fake: tuple[FakeNomad, AclAccess],
+) -> None:
+    fake, acl = acl_fake
+    acl.apply_policy("all", 'node { policy = "read" }\nnamespace "*" { policy = "read" }')
+    acl.apply_policy("default", 'node { policy = "read" }\nnamespace "default" { policy = "read" }')
+    everything = get(fake, f"/v1/node/{NODE}/allocations", acl.create_token("a", ["all"]).secret)
+    some = get(fake, f"/v1/node/{NODE}/allocations", acl.create_token("d", ["default"]).secret)
+    assert [a["ID"] for a in everything.json()] == [ALLOC, OTHER]
+    assert some.status_code == 200
+    assert [a["ID"] for a in some.json()] == [ALLOC]
+    # Nothing tells the two answers apart but the list itself.
+    assert set(some.headers) == set(everything.headers)
+
+
+def test_unknown_node_and_allocations(acl_fake: tuple[FakeNomad, AclAccess]) -> None:
+    fake, acl = acl_fake
+    acl.apply_policy("nodes", 'node { policy = "read" }\nnamespace "default" { policy = "read" }')
+    token = acl.create_token("n", ["nodes"]).secret
+    assert get(fake, "/v1/node/no-such-node/allocations", token).json() == []
+    node = get(fake, "/v1/node/no-such-node", token)
+    assert (node.status_code, node.text) == (404, "node not found")
+    assert get(fake, f"/v1/allocation/{ALLOC}", token, bearer=True).json()["ID"] == ALLOC
+    hidden = get(fake, f"/v1/allocation/{OTHER}", token)
+    assert (hidden.status_code, hidden.text) == (403, "Permission denied")
+    # Looked up in every namespace first: a gone allocation is 404 whatever the token may read.
+    powerless = acl.create_token("p", []).secret
+    gone = get(fake, "/v1/allocation/a-gone", powerless)
+    assert (gone.status_code, gone.text) == (404, "alloc not found")
+    unknown = get(fake, "/v1/allocation/a-gone", "11111111-2222-4333-8444-555555555555")
+    assert (unknown.status_code, unknown.text) == (403, "ACL token not found")
+
+
+def test_agent_self_with_an_identity_on_server_agents_before_1_11_1(
+    acl_fake: tuple[FakeNomad, AclAccess],
+) -> None:
+    fake, acl = acl_fake
+    acl.apply_policy("agent", 'agent { policy = "read" }', job=JobAcl("ops", "gpuledger"))
+    acl.apply_policy("agent-token", 'agent { policy = "read" }')
+    jwt = acl.issue_identity("ops", "gpuledger", "g", "t")
+    secret = acl.create_token("t", ["agent-token"]).secret
+    fake.server_agent, fake.version = True, "1.11.0"
+    failed = get(fake, "/v1/agent/self", jwt)
+    assert failed.status_code == 500
+    assert failed.text == (
+        "failed to resolve ACL token: acl token lookup failed: index error: "
+        "UUID must be 36 characters"
+    )
+    assert get(fake, "/v1/agent/self", secret).status_code == 200
+    served = get(fake, "/v1/agent/self", secret).json()
+    assert served["config"]["ACL"]["Enabled"] is True
+    assert served["member"]["Status"] == "alive"
+    assert served["stats"]["client"]["node_id"] == NODE
+    fake.version = "1.11.1"
+    assert get(fake, "/v1/agent/self", jwt).status_code == 200
+    fake.server_agent, fake.version = False, "1.10.0"
+    assert get(fake, "/v1/agent/self", jwt).status_code == 200
+
+
+def test_identity_on_an_old_server_agent_says_what_to_do(
+    acl_fake: tuple[FakeNomad, AclAccess],
+) -> None:
+    fake, acl = acl_fake
+    acl.apply_policy(
+        "p", 'agent { policy = "read" }\nnode { policy = "read" }', job=JobAcl("o", "j")
+    )
+    jwt = acl.issue_identity("o", "j", "g", "t")
+    fake.server_agent, fake.version = True, "1.10.6"
+    err = source_error(reader_for(fake, token=jwt))
+    assert "GET /v1/agent/self answered 500" in err.message
+    assert "1.11.1" in err.message
+    assert "--nomad-node-id" in (err.hint or "")
+    assert jwt not in f"{err.message} {err.hint}"
+    assert reader_for(fake, token=jwt, node_id=NODE).read().node_id == NODE
+
+
+def test_reader_with_acls_tells_hidden_from_gone(acl_fake: tuple[FakeNomad, AclAccess]) -> None:
+    fake, acl = acl_fake
+    acl.apply_policy("p", 'node { policy = "read" }\nnamespace "default" { policy = "read" }')
+    view = reader_for(fake, token=acl.create_token("t", ["p"]).secret, node_id=NODE).read(
+        [ALLOC, OTHER, "a-gone"]
+    )
+    assert [a.id for a in view.allocations] == [ALLOC]
+    assert view.lookups[OTHER].status is AllocLookup.FORBIDDEN
+    assert view.lookups["a-gone"].status is AllocLookup.GONE
+
+
+def test_simple_rules_cannot_be_mixed_with_policies(acl_fake: tuple[FakeNomad, AclAccess]) -> None:
+    fake, _ = acl_fake
+    fake.set_hidden_namespaces(set())  # what World.apply does at every update: harmless
+    with pytest.raises(TypeError, match="policies"):
+        fake.set_hidden_namespaces({"finance"})
+    with pytest.raises(TypeError, match="token"):
+        fake.required_token = TOKEN
+    assert fake.required_token is None
