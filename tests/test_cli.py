@@ -358,3 +358,18 @@ def test_name_like_a_task_without_such_allocation_is_unmanaged(world: World) -> 
     assert any(
         f["code"] == "unmanaged-tenant" and f["subject"]["pid"] == 91377 for f in doc["findings"]
     )
+
+
+def test_policy_exempts_a_container_by_its_label(world: World, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "version: 1\nfindings:\n  unmanaged-tenant: {ignore_labels: {maintainer: 'video-*'}}\n"
+    )
+    code, text = run("check", "--json", *world.cli_args(), "--policy", str(policy))
+    pids = [
+        f["subject"].get("pid")
+        for f in json.loads(text)["findings"]
+        if f["code"] == "unmanaged-tenant"
+    ]
+    assert pids == [60133]  # the labelled transcoder is exempt, the host notebook is not
+    assert code == 1

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -239,19 +237,12 @@ def test_findings_are_sorted_worst_first() -> None:
     ]
 
 
-@dataclass(frozen=True)
-class LabelledRef(ContainerRef):
-    """A container reference with labels, as the ledger will carry them (ContainerRef.labels)."""
-
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-
 def test_unmanaged_tenant_exempts_a_container_by_label() -> None:
     text = "version: 1\nfindings:\n  unmanaged-tenant: {ignore_labels: {maintainer: 'video-*'}}\n"
-    video = LabelledRef(
+    video = ContainerRef(
         id="c" * 64, name="live", runtime="docker", labels={"maintainer": "video-team"}
     )
-    other = LabelledRef(
+    other = ContainerRef(
         id="d" * 64, name="live", runtime="docker", labels={"maintainer": "ml-team"}
     )
     bare = ContainerRef(id="e" * 64, name="live", runtime="docker")

@@ -256,11 +256,12 @@ class SourceStatus:
 
 @dataclass(frozen=True)
 class ContainerRef:
-    """A tenant's container as the JSON contract shows it."""
+    """A tenant's container as the JSON contract shows it (its labels are for the policy)."""
 
     id: str
     name: str
     runtime: Runtime
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

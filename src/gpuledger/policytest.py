@@ -46,7 +46,7 @@ import yaml
 
 from gpuledger import __version__
 from gpuledger.controller.node import one_shot
-from gpuledger.controller.reconcile import _state as gpu_state
+from gpuledger.controller.reconcile import gpu_state
 from gpuledger.demo import world_config
 from gpuledger.errors import ConfigError, PolicyError
 from gpuledger.model import (
@@ -60,7 +60,6 @@ from gpuledger.model import (
     LedgerGpu,
     Level,
     NodeInfo,
-    NomadView,
     Since,
     SourceName,
     SourceStatus,
@@ -375,11 +374,10 @@ def _inline_gpu(doc: Mapping[str, Any]) -> LedgerGpu:
         for i, t in enumerate(doc.get("tenants", []))
     )
     # The state reconcile would give: the one rule of DESIGN §3, not a copy of it.
-    nomad_read = NomadView(node_id="", allocations=())
     state = (
         GpuState(doc["state"])
         if "state" in doc
-        else gpu_state(gpu, reservation, tenants, nomad_read)
+        else gpu_state(gpu, reservation, tenants, nomad_read=True)
     )
     return LedgerGpu(
         gpu=gpu,

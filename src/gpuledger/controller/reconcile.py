@@ -138,17 +138,18 @@ def _ledger_gpu(
     tenants = tuple(sorted((t for t in found if t is not None), key=lambda t: t.pid))
     return LedgerGpu(
         gpu=gpu,
-        state=_state(gpu, reservation, tenants, view),
+        state=gpu_state(gpu, reservation, tenants, nomad_read=view is not None),
         reservation=reservation,
         tenants=tenants,
         encoder_cap=encoder_session_cap(gpu.name, gpu.driver_version),
     )
 
 
-def _state(
-    gpu: Gpu, reservation: AllocRef | None, tenants: tuple[Tenant, ...], view: NomadView | None
+def gpu_state(
+    gpu: Gpu, reservation: AllocRef | None, tenants: tuple[Tenant, ...], *, nomad_read: bool
 ) -> GpuState:
-    if gpu.mig_enabled or view is None:
+    """The one state of a GPU (DESIGN §3), from its reservation and its judged tenants."""
+    if gpu.mig_enabled or not nomad_read:
         return GpuState.UNKNOWN
     if any(t.verdict in (Verdict.HIDDEN, Verdict.UNDECIDED) for t in tenants):
         return GpuState.UNKNOWN
@@ -216,7 +217,9 @@ def _container_claim(owner: ProcessOwner, observed: Observed) -> _Claim | None:
     container = observed.containers.get(cid)
     if container is None:
         return None  # gone between the GPU read and the inspect, and its process with it
-    ref = ContainerRef(id=container.id, name=container.name, runtime=container.runtime)
+    ref = ContainerRef(
+        id=container.id, name=container.name, runtime=container.runtime, labels=container.labels
+    )
     alloc_id, task, from_name = alloc_of(container)
     return _Claim(alloc_id, task, from_name, ref, container.labels)
 

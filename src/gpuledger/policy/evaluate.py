@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 from gpuledger.errors import PolicyError
@@ -306,9 +306,7 @@ def _exempt(t: Tenant, rule: Rule) -> bool:
         return False
     if any(fnmatch.fnmatchcase(t.container.name, g) for g in rule.ignore_containers):
         return True
-    # The tenant's container carries its labels once the ledger keeps them (ContainerRef.labels);
-    # until then no label is known and ignore_labels exempts nothing.
-    labels: Mapping[str, str] = getattr(t.container, "labels", None) or {}
+    labels = t.container.labels
     return any(
         name in labels and fnmatch.fnmatchcase(labels[name], glob)
         for name, glob in rule.ignore_labels.items()

@@ -40,7 +40,8 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     else:
         text = (
             resources.files("gpuledger.sim")
-            .joinpath("scenarios").joinpath(f"{name_or_path}.yaml")
+            .joinpath("scenarios")
+            .joinpath(f"{name_or_path}.yaml")
             .read_text(encoding="utf-8")
         )
     data = yaml.safe_load(text)
