@@ -49,7 +49,7 @@ import docker.errors
 import pytest
 import requests
 
-INSTALL = "apt-get install docker.io podman runc busybox-static"
+PACKAGES = "docker.io podman runc busybox-static"
 IMAGE = "gpuledger-busybox"
 READY_SECONDS = 60.0  # a daemon's first start on a slow disk; polling stops as soon as it answers
 
@@ -76,8 +76,9 @@ def missing(why: str) -> None:
     _conftest().missing(why)
 
 
-def require_binary(name: str, install: str = INSTALL) -> str:
-    """The binary's path, or a skip that says how to install it."""
+def require_binary(name: str, package: str) -> str:
+    """The binary's path, or a skip that says which Debian package to install."""
+    install = f"apt-get install {package} (these tests need {PACKAGES})"
     found: str = _conftest().require_binary(name, install)
     return found
 
@@ -115,7 +116,7 @@ def is_static_elf(path: Path) -> bool:
 
 def busybox_rootfs(directory: Path) -> Path:
     """A tarball of a root with a static busybox and its ``sh`` and ``sleep`` links."""
-    busybox = Path(require_binary("busybox", f"{INSTALL} (busybox-static)")).resolve()
+    busybox = Path(require_binary("busybox", "busybox-static")).resolve()
     if not is_static_elf(busybox):
         missing(f"{busybox} is not statically linked: apt-get install busybox-static")
     tar_path = directory / "rootfs.tar"
@@ -163,7 +164,7 @@ def _all_pids() -> list[int]:
 def processes_naming(folder: Path) -> list[int]:
     """Live processes whose command line names ``folder`` (what this session started there),
     then their children (container payloads, which do not name it)."""
-    mark = str(folder)
+    mark = f"{folder}/"
     me = os.getpid()
     owners = {pid for pid in _all_pids() if pid != me and mark in _cmdline(pid)}
     children = set()
@@ -218,12 +219,16 @@ def remove_cgroup(relative: str) -> None:
                 (Path(before.split()[4]) / relative).rmdir()
 
 
-def _log_tail(path: Path, lines: int = 15) -> str:
+def _log_tail(path: Path) -> str:
+    """The lines of a daemon's log that say why it failed: its errors, then its last words."""
     try:
-        text = path.read_text(errors="replace").splitlines()
+        lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return "(no log)"
-    return "\n".join(text[-lines:])
+    errors = re.compile(r"level=(error|fatal)|failed|Error:", re.IGNORECASE)
+    picked = [line for line in lines if errors.search(line)][-8:]
+    picked += [line for line in lines[-2:] if line not in picked]
+    return "\n".join(picked) or "(empty log)"
 
 
 # ---------------------------------------------------------------- engines
@@ -508,7 +513,7 @@ def rootfs(runtime_folder: Path) -> Path:
 
 def start_docker(folder: Path, rootfs_tar: Path) -> DockerEngine:
     """A started Docker Engine in ``folder`` with the test image; a skip when it cannot be."""
-    engine = DockerEngine(folder, require_binary("dockerd"))
+    engine = DockerEngine(folder, require_binary("dockerd", "docker.io"))
     try:
         engine.start()
         engine.import_image(rootfs_tar)
@@ -521,7 +526,7 @@ def start_docker(folder: Path, rootfs_tar: Path) -> DockerEngine:
 @pytest.fixture(scope="session")
 def docker_engine(runtime_folder: Path, rootfs: Path) -> Iterator[DockerEngine]:
     """A Docker Engine for the session."""
-    require_binary("runc")
+    require_binary("runc", "runc")
     engine = start_docker(runtime_folder / "d", rootfs)
     try:
         yield engine
@@ -532,7 +537,9 @@ def docker_engine(runtime_folder: Path, rootfs: Path) -> Iterator[DockerEngine]:
 @pytest.fixture(scope="session")
 def podman_service(runtime_folder: Path, rootfs: Path) -> Iterator[PodmanService]:
     """Podman's API service for the session."""
-    service = PodmanService(runtime_folder / "p", require_binary("podman"), require_binary("runc"))
+    service = PodmanService(
+        runtime_folder / "p", require_binary("podman", "podman"), require_binary("runc", "runc")
+    )
     try:
         service.start()
         service.import_image(rootfs)

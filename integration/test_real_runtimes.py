@@ -245,6 +245,18 @@ def test_cgroup_layouts_are_the_cgroupfs_ones(scene: dict[str, Started]) -> None
         assert _v1_paths(podman_text) == {f"/libpod_parent/libpod-{scene[key].id}"}, podman_text
     host_text = cgroup_of(scene["host"].pid)
     assert "docker" not in host_text and "libpod" not in host_text
+    # Podman's monitor sits beside its container, in `<parent>/conmon` (notes §1.4);
+    # Docker's shim stays outside the container's cgroup.
+    # (podman moves it in the resource controllers only: name=systemd and 0:: stay at /)
+    conmon_text = cgroup_of(_parent(scene["jupyter"].pid))
+    assert _v1_paths(conmon_text) == {"/libpod_parent/conmon", "/"}, conmon_text
+    assert "memory:/libpod_parent/conmon\n" in conmon_text
+    assert scene["trainer"].id not in cgroup_of(_parent(scene["trainer"].pid))
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
 # ---------------------------------------------------------------- both runtimes on
