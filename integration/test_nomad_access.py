@@ -616,3 +616,18 @@ def test_identity_on_an_agent_that_is_also_a_server_before_1_11_1(
     assert_sees_everything(
         gpuledger(monkeypatch, capsys, _identity_args(task_api_world, token_file))
     )
+
+
+def test_the_readme_section_shows_the_policy_file() -> None:
+    text = (REPO / "docs" / "nomad-access.md").read_text()
+    (shown,) = [
+        block
+        for block in re.findall(r"```hcl\n(.*?)```", text, flags=re.DOTALL)
+        if block.lstrip().startswith("node")
+    ]
+    assert parse_policy(shown) == parse_policy(POLICY.read_text())
+    assert "gpuledger deploy/nomad/gpuledger.policy.hcl" in text
+    assert "nomad acl token create" in text
+    assert "nomad acl policy apply -namespace ops -job gpuledger" in text
+    assert "--nomad-token-file ${NOMAD_SECRETS_DIR}/nomad_token" in text
+    assert 'NOMAD_ADDR = "unix://${NOMAD_SECRETS_DIR}/api.sock"' in text
