@@ -808,3 +808,23 @@ def test_simple_rules_cannot_be_mixed_with_policies(acl_fake: tuple[FakeNomad, A
     with pytest.raises(TypeError, match="token"):
         fake.required_token = TOKEN
     assert fake.required_token is None
+
+
+class DeletesTokenBeforeLookups(FakeNomad):
+    """A Nomad where the token is deleted between the node's list and the lookups."""
+
+    def answer(self, method: str, target: str, token: str | None) -> tuple[int, Any]:
+        if target.startswith("/v1/allocation/") and isinstance(self.access, AclAccess):
+            self.access.tokens.clear()
+        return super().answer(method, target, token)
+
+
+def test_token_deleted_mid_read_is_not_a_hidden_namespace() -> None:
+    acl = AclAccess()
+    with DeletesTokenBeforeLookups(NODE) as fake:
+        fake.access = acl
+        acl.apply_policy("p", 'node { policy = "read" }\nnamespace "*" { policy = "read" }')
+        token = acl.create_token("t", ["p"]).secret
+        view = reader_for(fake, token=token, node_id=NODE).read([OTHER])
+    assert view.lookups[OTHER].status is AllocLookup.FAILED
+    assert "ACL token not found" in (view.lookups[OTHER].error or "")

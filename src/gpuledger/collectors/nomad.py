@@ -582,7 +582,12 @@ class NomadReader:
         try:
             doc = self._allocation.get_allocation(quote(alloc_id, safe=""))
             return AllocLookupResult(AllocLookup.VISIBLE, allocation=parse_allocation(doc))
-        except nomad_errors.URLNotAuthorizedNomadException:
+        except nomad_errors.URLNotAuthorizedNomadException as err:
+            resp = err.nomad_resp
+            if isinstance(resp, requests.Response) and resp.text.strip() == "ACL token not found":
+                # The token went away mid-read: that says nothing about the namespace.
+                failure = self._http_error(_Call(path, "read-job", ""), 403, resp.text.strip())
+                return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
             return AllocLookupResult(
                 AllocLookup.FORBIDDEN,
                 error=f"GET {path} answered 403: the token lacks read-job in its namespace",
