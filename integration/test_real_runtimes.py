@@ -407,9 +407,12 @@ def test_podman_off_leaves_libpod_processes_undecided_not_unmanaged(
     ]
     (jupyter,) = doc["gpus"][3]["tenants"]
     assert (jupyter["container"], jupyter["alloc"]) == (None, None)
-    # Docker is still read: the transcoder is still judged, the Podman tool is not
+    # Docker is still read: the transcoder is still judged, the Podman tool is not; each GPU
+    # with a libpod process says it cannot be judged because Podman is off
     assert findings(doc) == [
         ("reserved-idle", "WARN", 2),
+        ("source-unavailable", "ERROR", 3),
+        ("source-unavailable", "ERROR", 4),
         ("source-unavailable", "ERROR", 6),
         ("unmanaged-tenant", "WARN", 4),
         ("unmanaged-tenant", "WARN", 5),

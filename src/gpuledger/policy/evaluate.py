@@ -25,6 +25,10 @@ from gpuledger.model import (
 )
 from gpuledger.policy.rules import Policy, Rule
 
+_RUNTIME_FLAGS = {
+    "docker": "--docker unix:///var/run/docker.sock (or its URL)",
+    "podman": "--podman unix:///run/podman/podman.sock (or its URL)",
+}
 _SOURCE_LABEL = {
     SourceName.GPU: "GPU driver",
     SourceName.PROCFS: "/proc",
@@ -186,7 +190,28 @@ class _Judge:
             return self.finding(
                 Code.SOURCE_UNAVAILABLE, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
             )
+        if t.verdict is Verdict.UNDECIDED and t.why in _RUNTIME_FLAGS:
+            return self.runtime_off(lgpu, t, who, where)
         return None
+
+    def runtime_off(self, lgpu: LedgerGpu, t: Tenant, who: str, where: str) -> Finding | None:
+        """A container process on a GPU whose runtime is off: the GPU cannot be judged.
+
+        A runtime that is on and failed already has its own finding; one that is off is not an
+        error until a GPU process sits in one of its containers.
+        """
+        status = self.ledger.sources.get(SourceName(t.why))
+        if status is None or status.enabled:
+            return None
+        label = _SOURCE_LABEL[SourceName(t.why)]
+        what = (
+            f"{who} on {where} runs in a {label} container, but {label} is off, so the GPU "
+            f"cannot be judged: pass {_RUNTIME_FLAGS[t.why]}"
+        )
+        rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None)
+        return self.finding(
+            Code.SOURCE_UNAVAILABLE, rule, lgpu.gpu.uuid, f"source:{t.why}", what, {"source": t.why}
+        )
 
     def reserved_idle(self, lgpu: LedgerGpu) -> Finding | None:
         res = lgpu.reservation
@@ -316,7 +341,8 @@ def _exempt(t: Tenant, rule: Rule) -> bool:
 def _alloc_words(t: Tenant) -> str:
     a = t.alloc
     assert a is not None  # noqa: S101 - callers check
-    return f"job {a.job}, task {a.task}, namespace {a.namespace}"
+    task = f", task {a.task}" if a.task else ""
+    return f"job {a.job}{task}, namespace {a.namespace}"
 
 
 def _owner(t: Tenant) -> str:
