@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from gpuledger import __version__
@@ -245,3 +246,11 @@ def test_content_negotiation_text_and_openmetrics() -> None:
     assert b"# TYPE gpuledger_job_gpu_seconds counter" in om
     # Rendered once per snapshot and format.
     assert render(snap, "")[0] is body
+
+
+def test_the_openmetrics_exposition_parses_strictly() -> None:
+    body, _ = render(snapshot(), "application/openmetrics-text; version=1.0.0")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert families["gpuledger_job_gpu_seconds"].type == "counter"
+    assert families["gpuledger_build"].type == "info"
+    assert families["gpuledger_gpu_state"].type == "gauge"

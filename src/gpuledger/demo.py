@@ -1,13 +1,27 @@
-"""``gpuledger demo``: a simulated node with every state and finding, shown as a user sees it."""
+"""``gpuledger demo``: a simulated node served on localhost, drifting as real nodes do.
+
+The demo starts the simulated world (fake nvidia-smi, /proc, Docker, Podman and Nomad), runs
+the real ``gpuledger serve`` against it as a child process, prints the URLs to open, and then
+changes the world on a cycle: a tenant arrives on a GPU it did not reserve, then a reservation
+goes idle, then the node is back as it began. ``--json`` prints the ledger and findings of one
+read instead, and exits.
+"""
 
 from __future__ import annotations
 
+import copy
 import json
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from gpuledger import __version__
 from gpuledger.collectors.nomad import NomadSettings
@@ -15,15 +29,35 @@ from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
 from gpuledger.model import findings_doc, ledger_doc
 from gpuledger.policy.load import parse_policy
-from gpuledger.sim.world import World, load_scenario
-from gpuledger.table import render_findings, render_ledger
+from gpuledger.sim.world import Scenario, World, load_scenario
+
+DEMO_LISTEN = "127.0.0.1:9877"
+DEMO_INTERVAL = "2s"
+DRIFT_EVERY_S = 20.0
+SERVE_POLICY = """\
+# The demo's policy: the built-in one, except that idle time counts after 30 s instead of 6 h,
+# so that reserved-idle and held-idle open while you watch.
+version: 1
+exit_on: BAD
+findings:
+  reserved-idle: {after: 30s}
+  held-idle: {after: 30s, below_percent: 5}
+"""
+ENDPOINTS = (
+    ("", "this page, a placeholder for now"),
+    ("ledger", "every GPU: state, since when, reservation, tenants (JSON)"),
+    ("findings", "what drifted, worst first (JSON)"),
+    ("metrics", "for Prometheus: GPU states, GPU-seconds per job, findings"),
+    ("healthz", "ok, or the sources that fail"),
+)
 
 
 def demo_policy_text() -> str:
-    """The demo's policy: idle time counts at once, since a one-shot demo has no history."""
+    """The one-shot demo's policy: idle time counts at once, since one read has no history."""
     return (
         resources.files("gpuledger.sim")
-        .joinpath("scenarios").joinpath("demo-policy.yaml")
+        .joinpath("scenarios")
+        .joinpath("demo-policy.yaml")
         .read_text(encoding="utf-8")
     )
 
@@ -40,34 +74,161 @@ def world_config(world: World) -> SourceConfig:
     )
 
 
-def run_demo(out: TextIO, as_json: bool = False) -> int:
-    """Start the demo world, print ``ls`` and ``check`` of it, and stop it."""
-    policy = parse_policy(demo_policy_text(), "demo-policy.yaml")
+def run_demo(
+    out: TextIO,
+    as_json: bool = False,
+    *,
+    stop: threading.Event | None = None,
+    listen: str | None = None,
+    drift_every: float = DRIFT_EVERY_S,
+) -> int:
+    """Serve the drifting demo node until Ctrl-C (or ``stop``); ``as_json``: one read."""
     with tempfile.TemporaryDirectory(prefix="gpuledger-demo-") as tmp:
         world = World.start(load_scenario("demo"), Path(tmp))
         try:
-            at = datetime.now(timezone.utc).replace(microsecond=0)
-            ledger = one_shot(
-                world_config(world),
-                policy,
-                node_name=str(world.scenario["node"]["name"]),
-                at=at,
-                version=__version__,
-            )
             if as_json:
-                json.dump(
-                    {"ledger": ledger_doc(ledger), "findings": findings_doc(ledger)}, out, indent=2
-                )
-                out.write("\n")
-                return 0
-            out.write(
-                "A simulated Nomad GPU node: fake nvidia-smi, /proc, Docker, Podman and "
-                "Nomad.\nTo see the same on a real node: gpuledger ls; gpuledger check\n\n"
-            )
-            out.write("$ gpuledger ls\n")
-            out.write(render_ledger(ledger))
-            out.write("\n$ gpuledger check\n")
-            out.write(render_findings(ledger))
+                return _print_once(world, out)
+            return _serve(world, Path(tmp), out, stop or threading.Event(), listen, drift_every)
         finally:
             world.stop()
+
+
+def _print_once(world: World, out: TextIO) -> int:
+    ledger = one_shot(
+        world_config(world),
+        parse_policy(demo_policy_text(), "demo-policy.yaml"),
+        node_name=str(world.scenario["node"]["name"]),
+        at=datetime.now(timezone.utc).replace(microsecond=0),
+        version=__version__,
+    )
+    json.dump({"ledger": ledger_doc(ledger), "findings": findings_doc(ledger)}, out, indent=2)
+    out.write("\n")
     return 0
+
+
+def _serve(
+    world: World,
+    tmp: Path,
+    out: TextIO,
+    stop: threading.Event,
+    listen: str | None,
+    drift_every: float,
+) -> int:
+    policy = tmp / "demo-serve-policy.yaml"
+    policy.write_text(SERVE_POLICY, encoding="utf-8")
+    flags = [
+        "--listen",
+        listen or (DEMO_LISTEN if _free(DEMO_LISTEN) else "127.0.0.1:0"),
+        "--interval",
+        DEMO_INTERVAL,
+        "--policy",
+        str(policy),
+        "--history",
+        str(tmp / "history.json"),
+        "--node-name",
+        str(world.scenario["node"]["name"]),
+        *world.cli_args(),
+    ]
+    # The very command a user runs on a real node; its log goes to this terminal.
+    child = subprocess.Popen(
+        [sys.executable, "-m", "gpuledger", "serve", *flags],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = _first_url(child)
+        if url is None:
+            out.write("gpuledger demo: gpuledger serve did not start (see its message above)\n")
+            return 1
+        _introduce(out, url, drift_every)
+        phases = drift_phases(world.scenario)
+        step = 0
+        while not stop.wait(drift_every) and child.poll() is None:
+            step = (step + 1) % len(phases)
+            title, change = phases[step]
+            world.update(**change(world.scenario))
+            out.write(f"gpuledger demo: {title}\n")
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+        child.wait(timeout=30)
+    return 0
+
+
+def _free(listen: str) -> bool:
+    """Whether ``HOST:PORT`` can be listened on now."""
+    host, _, port = listen.rpartition(":")
+    with socket.socket() as s:
+        try:
+            s.bind((host, int(port)))
+        except OSError:
+            return False
+    return True
+
+
+def _first_url(child: subprocess.Popen[str]) -> str | None:
+    """The first URL ``gpuledger serve`` says it listens on; None when it exits first."""
+    assert child.stdout is not None  # noqa: S101 - stdout is a pipe
+    for line in child.stdout:
+        if "listening on " in line:
+            return line.rsplit("listening on ", 1)[1].strip()
+    return None
+
+
+def _introduce(out: TextIO, url: str, drift_every: float) -> None:
+    out.write(
+        "A simulated Nomad GPU node (fake nvidia-smi, /proc, Docker, Podman and Nomad), watched "
+        f"by gpuledger serve every {DEMO_INTERVAL}. Open:\n"
+    )
+    for path, what in ENDPOINTS:
+        out.write(f"  {url}{path:<10} {what}\n")
+    out.write(
+        f"\nEvery {drift_every:g} s the node drifts: a training job starts a process on a GPU it "
+        "did not reserve, then its own GPU goes idle, then all is as it began. reserved-idle "
+        "and held-idle open after 30 s.\nOn a real node: gpuledger serve --history "
+        "/var/lib/gpuledger/history.json\nCtrl-C stops the demo.\n\n"
+    )
+    out.flush()
+
+
+Change = Callable[[Scenario], dict[str, Any]]
+
+TRAINER_GPU = "GPU-7a1c3e52-0b8d-4f6a-9e21-5c3d7b8a1f00"
+FREE_GPU = "GPU-4d1a6f83-3e9c-4a5d-a174-8f6a0ebd4c33"
+TRAINER_PID = 41872
+STRAY = {
+    "pid": 41990,
+    "gpu": FREE_GPU,
+    "name": "python3",
+    "used_memory": 30211,
+    "cmdline": ["python3", "train.py", "--shard", "2"],
+    "owner": {"container": "trainer"},
+}
+
+
+def drift_phases(base: Scenario) -> list[tuple[str, Change]]:
+    """The demo's cycle: each phase's title and the scenario keys it sets (from ``base``)."""
+    start = copy.deepcopy({"processes": base["processes"], "gpus": base["gpus"]})
+
+    def stray(_: Scenario) -> dict[str, Any]:
+        return {"processes": [*start["processes"], STRAY], "gpus": start["gpus"]}
+
+    def idle(_: Scenario) -> dict[str, Any]:
+        gpus = [
+            {**g, "utilization": 0, "memory_used": 0} if g["uuid"] == TRAINER_GPU else g
+            for g in start["gpus"]
+        ]
+        kept = [p for p in start["processes"] if p["pid"] != TRAINER_PID]
+        return {"processes": [*kept, STRAY], "gpus": gpus}
+
+    return [
+        ("back to the start: every drift of the training job is gone", lambda _: start),
+        (
+            "train-llm starts a process on GPU 3, which it did not reserve (unreserved-tenant)",
+            stray,
+        ),
+        ("train-llm's process on its own GPU 0 exits: GPU 0 is reserved and idle", idle),
+    ]

@@ -1,0 +1,99 @@
+"""``promtool check metrics`` (Debian's ``prometheus`` package) on ``/metrics`` of a busy node.
+
+The demo node (every GPU state, every kind of tenant) with a stray tenant more, reconciled by
+the real loop through the real sources, twice so that the counters have counted; then the same
+node with Nomad unreachable (unknown states, a source down). promtool must print nothing.
+(promtool lints the Prometheus text format only; tests/test_metrics.py parses the OpenMetrics
+one with prometheus_client's strict parser.)
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from gpuledger.collectors.nomad import NomadSettings
+from gpuledger.controller.loop import Controller
+from gpuledger.controller.sources import Sources
+from gpuledger.demo import STRAY, world_config
+from gpuledger.model import NodeInfo
+from gpuledger.policy.load import default_policy
+from gpuledger.sim.world import World, load_scenario
+from gpuledger.web.metrics import render
+from runtimes import missing
+
+
+@pytest.fixture
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        missing("promtool not found: apt-get install prometheus")
+    assert found is not None
+    return found
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World.start(load_scenario("demo"), tmp_path)
+    w.update(processes=[*w.scenario["processes"], STRAY])
+    yield w
+    w.stop()
+
+
+def exposition(world: World, nomad_up: bool = True) -> bytes:
+    config = world_config(world)
+    if not nomad_up:
+        # A port nothing listens on: the Nomad read fails, every GPU is unknown.
+        config = replace(config, nomad=NomadSettings(addr="http://127.0.0.1:9", node_id="x"))
+    node = NodeInfo(name="demo-gpu-node", nomad_node_id=None, version="t")
+    controller = Controller(Sources(config), default_policy(), node, timedelta(seconds=15))
+    controller.tick()
+    snap = controller.tick()
+    body, _ = render(snap, "")
+    return body
+
+
+def check(promtool: str, body: bytes) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [promtool, "check", "metrics"],
+        input=body.decode(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_promtool_finds_nothing_to_lint_on_a_busy_node(promtool: str, world: World) -> None:
+    body = exposition(world)
+    # The busy node really is busy: every state, findings, tenants, counted seconds.
+    for state in ("held", "reserved-idle", "unaccounted", "free", "unknown"):
+        assert f'state="{state}"'.encode() in body
+    assert b'gpuledger_findings{code="unreserved-tenant",level="BAD"} 2.0' in body
+    assert b"gpuledger_tenant_gpu_memory_bytes{" in body
+    assert (
+        b'gpuledger_job_gpu_seconds_total{namespace="research",nomad_job="train-llm",use="held"}'
+        in body
+    )
+    run = check(promtool, body)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+
+
+def test_promtool_finds_nothing_to_lint_with_nomad_down(promtool: str, world: World) -> None:
+    body = exposition(world, nomad_up=False)
+    assert b'gpuledger_source_up{source="nomad"} 0.0' in body
+    run = check(promtool, body)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+
+
+def test_a_lint_problem_would_be_seen(promtool: str) -> None:
+    """The check above can fail: promtool does complain about a badly named counter."""
+    run = check(promtool, b"# HELP x_ms t\n# TYPE x_ms counter\nx_ms 1\n")
+    assert run.returncode != 0
+    assert "_total" in run.stdout + run.stderr
