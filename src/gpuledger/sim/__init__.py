@@ -1,1 +1,1 @@
-"""The simulated node: fake nvidia-smi, fake Nomad and Docker APIs, a fake /proc. Imports only model."""
+"""The simulated node: fake nvidia-smi, Nomad and Docker APIs and /proc. Imports only model."""
