@@ -39,6 +39,7 @@ from runtimes import missing
 
 T = TypeVar("T")
 GPU0 = "GPU-7a1c3e52-0b8d-4f6a-9e21-5c3d7b8a1f00"
+IDLE_GPU = "GPU-2b9e4d61-1c7a-4e3b-8f52-6d4e8c9b2a11"  # reserved by the notebook, nothing runs
 WAIT_S = 30.0  # how long polling may go on before a test gives up; it stops at the first hit
 GOOD_POLICY = "version: 1\nfindings:\n  hot: {level: WARN}\n"
 BAD_POLICY = "version: 1\nfindings:\n  hot: {level: HOTTER}\n"
@@ -309,6 +310,54 @@ def test_an_invalid_policy_at_start_is_a_usage_error(world: World, tmp_path: Pat
     assert run.returncode == 2
     assert f"{policy}:3:" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_ls_and_check_read_the_history_serve_keeps(world: World, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\nfindings:\n  reserved-idle: {after: 3s}\n")
+    s = Serve(world, tmp_path, "--policy", str(policy))
+    s.ready()
+
+    def idle_finding(doc: dict[str, Any]) -> dict[str, Any] | None:
+        found = [f for f in doc["findings"] if f["code"] == "reserved-idle"]
+        return found[0] if found else None
+
+    served = eventually(lambda: idle_finding(s.get("/findings").json()), "reserved-idle")
+    since = gpu(s.get("/ledger").json(), IDLE_GPU)["stateSince"]
+    assert s.stop() == 0
+
+    def cli(*args: str) -> dict[str, Any]:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuledger",
+                *args,
+                "--json",
+                "--policy",
+                str(policy),
+                "--node-name",
+                "demo-gpu-node",
+                *world.cli_args(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert run.returncode in (0, 1), run.stderr
+        found: dict[str, Any] = json.loads(run.stdout)
+        return found
+
+    # Read within three intervals of serve's last tick: every since-when holds.
+    checked = idle_finding(cli("check", "--history", str(s.history)))
+    assert checked is not None
+    keys = ("code", "level", "gpu", "subject", "since")
+    assert {k: checked[k] for k in keys} == {k: served[k] for k in keys}
+    listed = cli("ls", "--history", str(s.history))
+    assert gpu(listed, IDLE_GPU)["stateSince"] == since
+    # Without the history, for how long is not known: under `after: 3s` nothing fires.
+    assert idle_finding(cli("check")) is None
 
 
 # --------------------------------------------------------------------------- faults
