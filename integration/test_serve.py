@@ -63,9 +63,7 @@ class Serve:
         self.log = folder / f"serve-{time.monotonic_ns()}.log"
         self.history = folder / "history.json"
         command = [
-            sys.executable,
-            "-m",
-            "gpuledger",
+            *GPULEDGER,
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -112,6 +110,20 @@ def _json_or_none(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return found if isinstance(found, dict) else None
+
+
+GPULEDGER = (sys.executable, "-m", "gpuledger")
+
+
+def gpuledger(world: World, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run one gpuledger command against the world, to its end."""
+    return subprocess.run(
+        [*GPULEDGER, *args, "--node-name", "demo-gpu-node", *world.cli_args()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -290,23 +302,7 @@ def test_sighup_with_a_broken_policy_raises_policy_invalid_until_a_good_one_load
 def test_an_invalid_policy_at_start_is_a_usage_error(world: World, tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(BAD_POLICY)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuledger",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--policy",
-            str(policy),
-            *world.cli_args(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    run = gpuledger(world, "serve", "--listen", "127.0.0.1:0", "--policy", str(policy))
     assert run.returncode == 2
     assert f"{policy}:3:" in run.stderr
     assert "Traceback" not in run.stderr
@@ -327,24 +323,7 @@ def test_ls_and_check_read_the_history_serve_keeps(world: World, tmp_path: Path)
     assert s.stop() == 0
 
     def cli(*args: str) -> dict[str, Any]:
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gpuledger",
-                *args,
-                "--json",
-                "--policy",
-                str(policy),
-                "--node-name",
-                "demo-gpu-node",
-                *world.cli_args(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        run = gpuledger(world, *args, "--json", "--policy", str(policy))
         assert run.returncode in (0, 1), run.stderr
         found: dict[str, Any] = json.loads(run.stdout)
         return found
