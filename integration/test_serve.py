@@ -311,7 +311,8 @@ def test_an_invalid_policy_at_start_is_a_usage_error(world: World, tmp_path: Pat
 def test_ls_and_check_read_the_history_serve_keeps(world: World, tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text("version: 1\nfindings:\n  reserved-idle: {after: 3s}\n")
-    s = Serve(world, tmp_path, "--policy", str(policy))
+    # A long interval: the one-shot commands below start well within three of them.
+    s = Serve(world, tmp_path, "--policy", str(policy), interval="4s")
     s.ready()
 
     def idle_finding(doc: dict[str, Any]) -> dict[str, Any] | None:
