@@ -133,11 +133,30 @@ def world(tmp_path: Path) -> Iterator[World]:
     w.stop()
 
 
+StartServe = Callable[..., Serve]
+
+
 @pytest.fixture
-def serving(world: World, tmp_path: Path) -> Iterator[Serve]:
-    s = Serve(world, tmp_path)
-    yield s
-    s.stop()
+def start(world: World, tmp_path: Path) -> Iterator[StartServe]:
+    """Start ``gpuledger serve`` processes; each is stopped after the test, pass or fail."""
+    started: list[Serve] = []
+
+    def starter(*flags: str, interval: str = "2s") -> Serve:
+        started.append(Serve(world, tmp_path, *flags, interval=interval))
+        return started[-1]
+
+    yield starter
+    for s in started:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            s.stop()
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
+@pytest.fixture
+def serving(start: StartServe) -> Serve:
+    return start()
 
 
 def gpu(ledger: dict[str, Any], uuid: str) -> dict[str, Any]:
@@ -238,12 +257,12 @@ def _new(serving: Serve, seen: set[str]) -> dict[str, Any] | None:
 
 
 def test_sigkill_at_any_moment_never_leaves_a_history_that_does_not_load(
-    world: World, tmp_path: Path
+    world: World, tmp_path: Path, start: StartServe
 ) -> None:
     path = tmp_path / "history.json"
     totals: list[float] = []
     for kill in range(20):
-        s = Serve(world, tmp_path, interval="1s")
+        s = start(interval="1s")
         # From before the first tick's write to after it: 0 to 0.95 s after it listens.
         time.sleep(kill * 0.05)
         s.proc.kill()
@@ -257,8 +276,10 @@ def test_sigkill_at_any_moment_never_leaves_a_history_that_does_not_load(
     assert totals == sorted(totals)
 
 
-def test_sigterm_finishes_writes_the_history_and_exits_0(world: World, tmp_path: Path) -> None:
-    s = Serve(world, tmp_path)
+def test_sigterm_finishes_writes_the_history_and_exits_0(
+    world: World, tmp_path: Path, start: StartServe
+) -> None:
+    s = start()
     ledger = s.ready()
     assert s.stop() == 0
     written = hist.load(s.history)
@@ -267,11 +288,11 @@ def test_sigterm_finishes_writes_the_history_and_exits_0(world: World, tmp_path:
 
 
 def test_sighup_with_a_broken_policy_raises_policy_invalid_until_a_good_one_loads(
-    world: World, tmp_path: Path
+    world: World, tmp_path: Path, start: StartServe
 ) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(GOOD_POLICY)
-    s = Serve(world, tmp_path, "--policy", str(policy))
+    s = start("--policy", str(policy))
     try:
         s.ready()
         policy.write_text(BAD_POLICY)
@@ -308,11 +329,13 @@ def test_an_invalid_policy_at_start_is_a_usage_error(world: World, tmp_path: Pat
     assert "Traceback" not in run.stderr
 
 
-def test_ls_and_check_read_the_history_serve_keeps(world: World, tmp_path: Path) -> None:
+def test_ls_and_check_read_the_history_serve_keeps(
+    world: World, tmp_path: Path, start: StartServe
+) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text("version: 1\nfindings:\n  reserved-idle: {after: 3s}\n")
     # A long interval: the one-shot commands below start well within three of them.
-    s = Serve(world, tmp_path, "--policy", str(policy), interval="4s")
+    s = start("--policy", str(policy), interval="4s")
     s.ready()
 
     def idle_finding(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -384,11 +407,11 @@ def test_a_hung_nvidia_smi_is_killed_within_the_interval_and_the_loop_keeps_its_
 
 
 def test_a_corrupt_history_is_set_aside_and_serve_starts_fresh(
-    world: World, tmp_path: Path
+    world: World, tmp_path: Path, start: StartServe
 ) -> None:
     path = tmp_path / "history.json"
     path.write_text('{"schema": 1, "at": "2026-11-30T1')
-    s = Serve(world, tmp_path)
+    s = start()
     try:
         s.ready()
         assert (
@@ -421,10 +444,10 @@ def tmpfs(folder: Path, options: str) -> Iterator[Path]:
 
 
 def test_a_history_on_a_read_only_disk_is_reported_and_the_loop_goes_on(
-    world: World, tmp_path: Path
+    world: World, tmp_path: Path, start: StartServe
 ) -> None:
     with tmpfs(tmp_path / "ro", "ro,size=64k") as folder:
-        s = Serve(world, tmp_path, "--history", str(folder / "history.json"))
+        s = start("--history", str(folder / "history.json"))
         try:
             s.ready()
             health = eventually(
@@ -439,13 +462,15 @@ def test_a_history_on_a_read_only_disk_is_reported_and_the_loop_goes_on(
             assert s.stop() == 0
 
 
-def test_a_history_on_a_full_disk_is_reported_then_recovers(world: World, tmp_path: Path) -> None:
+def test_a_history_on_a_full_disk_is_reported_then_recovers(
+    world: World, tmp_path: Path, start: StartServe
+) -> None:
     with tmpfs(tmp_path / "full", "size=64k") as folder:
         filler = folder / "filler"
         with contextlib.suppress(OSError), filler.open("wb", buffering=0) as f:
             while True:
                 f.write(b"\0" * 4096)
-        s = Serve(world, tmp_path, "--history", str(folder / "history.json"))
+        s = start("--history", str(folder / "history.json"))
         try:
             s.ready()
             health = eventually(
