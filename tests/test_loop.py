@@ -407,3 +407,21 @@ def test_attempt_timeout_is_thirty_percent_of_the_interval_capped_at_ten_seconds
     assert attempt_timeout(timedelta(seconds=2)) == pytest.approx(0.6)
     assert attempt_timeout(timedelta(seconds=15)) == pytest.approx(4.5)
     assert attempt_timeout(timedelta(minutes=5)) == 10.0
+    # --timeout asks for less: it is kept.
+    assert attempt_timeout(timedelta(seconds=15), 2.0) == 2.0
+    assert attempt_timeout(timedelta(seconds=2), 2.0) == pytest.approx(0.6)
+
+
+def test_the_budget_counts_the_attempt_timeout_in_force() -> None:
+    # A source that fails after 2.2 s; budget 8 s of a 10 s interval, waits of 0.5 s.
+    tries = []
+    for attempt_s in (None, 2.2):
+        c, node, _ = controller(interval=timedelta(seconds=10))
+        if attempt_s is not None:
+            c.attempt_s = attempt_s
+        node.cost, node.fail = {"gpu": 2.2}, {"gpu": math.inf}
+        c.tick()
+        tries.append(node.attempts["gpu"])
+    # Timeout 3 s (30 %): after the second try at 4.9 s, a third could end at 8.4 s: stop.
+    # Timeout 2.2 s (--timeout): a third ends by 7.6 s: it runs.
+    assert tries == [2, 3]

@@ -44,9 +44,10 @@ ATTEMPTS = 3
 log = structlog.get_logger("gpuledger.controller")
 
 
-def attempt_timeout(interval: timedelta) -> float:
-    """How long one read of one source may take before it is killed (seconds)."""
-    return min(ATTEMPT_CAP_S, ATTEMPT_SHARE * interval.total_seconds())
+def attempt_timeout(interval: timedelta, asked: float = ATTEMPT_CAP_S) -> float:
+    """How long one read of one source may take before it is killed (seconds): what the user
+    asked (``--timeout``), but never more than 30 % of the interval, so retries fit in it."""
+    return min(asked, ATTEMPT_CAP_S, ATTEMPT_SHARE * interval.total_seconds())
 
 
 class Clock(Protocol):
@@ -146,12 +147,14 @@ class Controller:
         clock: Clock | None = None,
         commands: CommandMode = "redacted",
         load: Callable[[Path], Policy] = load_policy,
+        attempt_s: float | None = None,
     ) -> None:
         self.sources, self.policy, self.node, self.interval = sources, policy, node, interval
         self.policy_path, self.history_path = policy_path, history_path
         self.clock: Clock = clock or SystemClock()
         self.commands: CommandMode = commands
         self._load = load
+        self.attempt_s = attempt_timeout(interval) if attempt_s is None else attempt_s
         self.policy_error: PolicyError | None = None
         self.snapshot: Snapshot | None = None
         self._stop, self._reload, self._wake = (threading.Event() for _ in range(3))
@@ -247,7 +250,7 @@ class Controller:
         seconds = self.interval.total_seconds()
         wait_s = min(RETRY_WAIT_CAP_S, 0.05 * seconds)
         stop = stop_after_attempt(ATTEMPTS) | _Deadline(
-            self.clock, started + BUDGET_SHARE * seconds, wait_s, attempt_timeout(self.interval)
+            self.clock, started + BUDGET_SHARE * seconds, wait_s, self.attempt_s
         )
         clock = self.clock
 

@@ -39,14 +39,16 @@ MAX_BODY_BYTES = 65_536
 def serve(args: argparse.Namespace, config: SourceConfig, policy: Policy, out: TextIO) -> int:
     """Run the node controller until SIGTERM; 0 when it stopped as asked."""
     configure_logging(sys.stderr)
+    timeout = attempt_timeout(args.interval, config.timeout)
     controller = Controller(
-        _sources(config, attempt_timeout(args.interval)),
+        _sources(config, timeout),
         policy,
         NodeInfo(name=args.node_name, nomad_node_id=None, version=__version__),
         args.interval,
         policy_path=args.policy,
         history_path=args.history,
         commands=args.commands,
+        attempt_s=timeout,
     )
     server = bind(App(lambda: controller.snapshot, _now), args.listen)
     signal.signal(signal.SIGTERM, lambda *_: controller.stop())
