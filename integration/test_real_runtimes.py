@@ -125,8 +125,16 @@ class SimNode:
         self.nomad_url = self.nomad.start()
         self.place({})
 
-    def place(self, on_gpu: Mapping[int, Sequence[Started]]) -> None:
-        """Eight cool H200s; each listed process on its GPU, as nvidia-smi shows it."""
+    def place(
+        self, on_gpu: Mapping[int, Sequence[Started]], listed_calls: int | None = None
+    ) -> None:
+        """Eight cool H200s; each listed process on its GPU, as nvidia-smi shows it.
+
+        With ``listed_calls`` the processes are listed by that many process queries only: they
+        exit between the GPU read and gpuledger's second look.
+        """
+        (self.state_file.parent / ".compute-apps-calls").unlink(missing_ok=True)
+        extra = {} if listed_calls is None else {"listed_calls": listed_calls}
         state = {
             "driver_version": "590.48.01",
             "gpus": [
@@ -137,7 +145,7 @@ class SimNode:
                 for i, uuid in enumerate(GPUS)
             ],
             "processes": [
-                {"gpu": GPUS[i], "pid": started.pid, "name": "sleep", "used_memory": 500}
+                {"gpu": GPUS[i], "pid": started.pid, "name": "sleep", "used_memory": 500} | extra
                 for i, placed in sorted(on_gpu.items())
                 for started in placed
             ],
@@ -529,15 +537,14 @@ def test_container_gone_between_gpu_read_and_inspect_is_dropped(
     in_podman = podman_service.run(f"nb-{A_EXIT_P}")
     docker_engine.remove(in_docker)
     podman_service.remove(in_podman)
-    expected_states = ["reserved-idle", "reserved-idle"] + ["free"] * 6
-    expected_findings = [("reserved-idle", "WARN", 0), ("reserved-idle", "WARN", 1)]
     with sim_node(tmp_path) as sim:
         sim.nomad.set_allocations(allocations)
-        # The GPU read still lists both processes; they have exited since.
-        sim.place({0: [in_docker], 1: [in_podman]})
+        # The first GPU read still lists both processes; they have exited since, and the
+        # driver's second look no longer lists them: dropped, no error.
+        sim.place({0: [in_docker], 1: [in_podman]}, listed_calls=1)
         gone = sim.ls(docker_engine.url, podman_service.url)
-        # The window between /proc and the inspect: a process still sits in each container's
-        # cgroup, which its runtime no longer knows (404 on inspect).
+        # A live process in each container's cgroup, which its runtime no longer knows (404
+        # on inspect): a daemon gpuledger does not read. Never dropped, never reserved-idle.
         with (
             sleep_in_cgroup(f"docker/{in_docker.id}") as late_docker,
             sleep_in_cgroup(f"libpod_parent/libpod-{in_podman.id}") as late_podman,
@@ -547,8 +554,13 @@ def test_container_gone_between_gpu_read_and_inspect_is_dropped(
                     engine.client.containers.get(cid)
             sim.place({0: [late_docker], 1: [late_podman]})
             late = sim.ls(docker_engine.url, podman_service.url)
-    for doc in (gone, late):
-        assert [g["state"] for g in doc["gpus"]] == expected_states
-        assert [g["tenants"] for g in doc["gpus"][:2]] == [[], []]
-        assert all(s["ok"] and s["enabled"] for s in doc["sources"].values())
-        assert findings(doc) == expected_findings
+    assert [g["state"] for g in gone["gpus"]] == ["reserved-idle", "reserved-idle"] + ["free"] * 6
+    assert [g["tenants"] for g in gone["gpus"][:2]] == [[], []]
+    assert all(s["ok"] and s["enabled"] for s in gone["sources"].values())
+    assert findings(gone) == [("reserved-idle", "WARN", 0), ("reserved-idle", "WARN", 1)]
+    assert [g["state"] for g in late["gpus"]] == ["unknown", "unknown"] + ["free"] * 6
+    assert findings(late) == [
+        ("source-unavailable", "ERROR", 0),
+        ("source-unavailable", "ERROR", 1),
+    ]
+    assert [f["subject"]["source"] for f in late["findings"]] == ["docker", "podman"]

@@ -346,14 +346,64 @@ def test_terminal_allocation_reserves_nothing(world: World) -> None:
     assert codes_on_6 == ["unreserved-tenant"]
 
 
-def test_pid_gone_from_proc_is_dropped(world: World) -> None:
+def test_pid_that_exited_between_reads_is_dropped(world: World) -> None:
+    # listed by the first GPU read only, and gone from /proc: it exited in between
     procs = [
-        p | {"vanished": True} if p["pid"] == 60133 else p for p in world.scenario["processes"]
+        p | {"vanished": True, "listed_calls": 1} if p["pid"] == 60133 else p
+        for p in world.scenario["processes"]
     ]
     world.update(processes=procs)
     doc = ls_json(world)
     assert [t["pid"] for t in doc["gpus"][2]["tenants"]] == [52210]
     assert doc["sources"]["procfs"]["ok"] is True
+    assert not any(f["subject"].get("source") == "procfs" for f in doc["findings"])
+
+
+def test_pid_the_driver_lists_but_proc_lacks_is_unknown_never_free(world: World) -> None:
+    # gpuledger in another PID namespace: the driver keeps listing a PID /proc does not have
+    procs = [*world.scenario["processes"],
+             {"pid": 4242, "gpu": _gpu(world, 3)["uuid"], "name": None, "used_memory": 500,
+              "vanished": True}]  # fmt: skip
+    world.update(processes=procs)
+    doc = ls_json(world)
+    assert doc["gpus"][3]["state"] == "unknown"
+    (tenant,) = doc["gpus"][3]["tenants"]
+    assert (tenant["pid"], tenant["process"]) == (4242, None)
+    (blind,) = [
+        f
+        for f in doc["findings"]
+        if f["gpu"] == doc["gpus"][3]["uuid"] and f["code"] == "source-unavailable"
+    ]
+    assert "not in /proc" in blind["message"] and "--pid=host" in blind["message"]
+
+
+def test_live_process_of_a_container_its_runtime_does_not_know_is_unknown(world: World) -> None:
+    containers = [c | {"exited": True} if c["key"] == "trainer" else c
+                  for c in world.scenario["containers"]]  # fmt: skip
+    world.update(containers=containers)
+    doc = ls_json(world)
+    assert doc["gpus"][0]["state"] == "unknown"  # never reserved-idle: it runs something
+    (blind,) = [f for f in doc["findings"] if f["gpu"] == doc["gpus"][0]["uuid"]]
+    assert blind["code"] == "source-unavailable"
+    assert "Docker API" in blind["message"] and blind["subject"]["source"] == "docker"
+
+
+def test_allocation_lookup_failure_is_a_finding(world: World) -> None:
+    answer = world.nomad.answer
+
+    def failing(method: str, target: str, token: str | None) -> tuple[int, Any]:
+        if target.startswith("/v1/allocation/"):
+            return 500, "rpc error: No cluster leader"
+        return answer(method, target, token)
+
+    world.nomad.answer = failing  # type: ignore[method-assign]
+    doc = ls_json(world)
+    assert doc["gpus"][4]["state"] == "unknown"
+    (blind,) = [f for f in doc["findings"] if f["gpu"] == doc["gpus"][4]["uuid"]]
+    assert (blind["code"], blind["level"]) == ("source-unavailable", "ERROR")
+    assert "7e6d5c4b-3a29-4817-b6f5-e4d3c2b1a043" in blind["message"]
+    assert not any(f["code"] == "unreserved-tenant" and f["gpu"] == doc["gpus"][4]["uuid"]
+                   for f in doc["findings"])  # fmt: skip
 
 
 def test_name_like_a_task_without_such_allocation_is_unmanaged(world: World) -> None:

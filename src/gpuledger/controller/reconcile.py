@@ -53,6 +53,10 @@ class Observed:
     processes: Mapping[int, ProcessInfo]
     containers: Mapping[str, Container]
     sources: Mapping[SourceName, SourceStatus]
+    unexplained: Mapping[int, str] = field(default_factory=dict)
+    """PIDs that are still there but could not be traced, and which source failed them:
+    ``procfs`` (the driver lists it twice, /proc does not have it: another PID namespace),
+    ``docker`` or ``podman`` (alive in /proc, unknown to that runtime's API)."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,7 @@ def _tenant(
 ) -> Tenant | None:
     """The tenant, or None when its process exited between the GPU read and a later read."""
     info = observed.processes.get(proc.pid)
-    claim = _claim(info, observed)
+    claim = _claim(proc.pid, info, observed)
     if claim is None:
         return None
     verdict, why, alloc, visible = _judge(uuid, claim, live, view)
@@ -193,22 +197,24 @@ def _tenant(
     )
 
 
-def _claim(info: ProcessInfo | None, observed: Observed) -> _Claim | None:
+def _claim(pid: int, info: ProcessInfo | None, observed: Observed) -> _Claim | None:
     """Who the process says it belongs to: its cgroup, then its container's labels or name."""
     if info is None:
         status = observed.sources.get(SourceName.PROCFS)
         if status is not None and not status.readable:
             return _Claim(None, None, False, None, {}, undecided="procfs")
+        if observed.unexplained.get(pid) == "procfs":
+            return _Claim(None, None, False, None, {}, undecided="procfs-missing")
         return None  # exited between the GPU read and /proc: it no longer holds the GPU
     owner = info.owner
     if owner.kind is OwnerKind.NOMAD_TASK:
         return _Claim(owner.alloc_id, owner.task, False, None, {})
     if owner.kind in (OwnerKind.DOCKER, OwnerKind.PODMAN):
-        return _container_claim(owner, observed)
+        return _container_claim(pid, owner, observed)
     return _Claim(None, None, False, None, {})
 
 
-def _container_claim(owner: ProcessOwner, observed: Observed) -> _Claim | None:
+def _container_claim(pid: int, owner: ProcessOwner, observed: Observed) -> _Claim | None:
     runtime: Literal["docker", "podman"] = "docker" if owner.kind is OwnerKind.DOCKER else "podman"
     cid = owner.container_id or ""
     status = observed.sources.get(SourceName(runtime), SourceStatus.off())
@@ -216,6 +222,8 @@ def _container_claim(owner: ProcessOwner, observed: Observed) -> _Claim | None:
         return _Claim(None, None, False, None, {}, undecided=runtime)
     container = observed.containers.get(cid)
     if container is None:
+        if observed.unexplained.get(pid) == runtime:
+            return _Claim(None, None, False, None, {}, undecided=f"{runtime}-unknown")
         return None  # gone between the GPU read and the inspect, and its process with it
     ref = ContainerRef(
         id=container.id, name=container.name, runtime=container.runtime, labels=container.labels

@@ -87,10 +87,63 @@ class Sources:
         )
         containers = self._containers(procs, statuses, run)
         desired = self._nomad(procs, containers, run)
+        unexplained = {pid: "procfs" for pid in self._hidden_pids(pids, procs, statuses, run)}
+        unexplained |= self._unknown_to_runtime(procs, containers, statuses)
         observed = Observed(
-            reading=reading, processes=procs, containers=containers, sources=statuses
+            reading=reading,
+            processes=procs,
+            containers=containers,
+            sources=statuses,
+            unexplained=unexplained,
         )
         return desired, observed
+
+    def _hidden_pids(
+        self,
+        pids: list[int],
+        procs: dict[int, ProcessInfo],
+        statuses: dict[SourceName, SourceStatus],
+        run: Guard,
+    ) -> set[int]:
+        """GPU PIDs absent from /proc that the driver still lists on a second read.
+
+        A PID that exited between the GPU read and /proc is gone from the second read too and
+        is dropped; one still listed lives where gpuledger cannot see (another PID namespace,
+        hidepid): it must never make its GPU look free.
+        """
+        missing = {pid for pid in pids if pid not in procs}
+        if not missing or not statuses[SourceName.PROCFS].readable:
+            return set()
+        try:
+            again = run("gpu", self.gpu.read)
+        except SourceError:
+            return missing  # cannot tell: not seeing is not the same as gone
+        return missing & {p.pid for p in again.processes}
+
+    def _unknown_to_runtime(
+        self,
+        procs: dict[int, ProcessInfo],
+        containers: dict[str, Container],
+        statuses: dict[SourceName, SourceStatus],
+    ) -> dict[int, str]:
+        """Container PIDs still alive whose runtime's API does not know their container.
+
+        A container that exited between /proc and the inspect takes its process with it; one
+        whose process is still in /proc belongs to a daemon gpuledger does not talk to.
+        """
+        unknown: dict[int, str] = {}
+        for pid, info in procs.items():
+            kind, cid = info.owner.kind, info.owner.container_id
+            if kind not in (OwnerKind.DOCKER, OwnerKind.PODMAN) or not cid or cid in containers:
+                continue
+            runtime = "docker" if kind is OwnerKind.DOCKER else "podman"
+            status = statuses.get(SourceName(runtime))
+            if status is not None and status.readable and self._alive(pid):
+                unknown[pid] = runtime
+        return unknown
+
+    def _alive(self, pid: int) -> bool:
+        return (self.config.proc_root / str(pid)).is_dir()
 
     def _containers(
         self,

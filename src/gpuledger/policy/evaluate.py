@@ -29,6 +29,29 @@ _RUNTIME_FLAGS = {
     "docker": "--docker unix:///var/run/docker.sock (or its URL)",
     "podman": "--podman unix:///run/podman/podman.sock (or its URL)",
 }
+_UNTRACED = {
+    "procfs-missing": (
+        "procfs",
+        "is listed by the GPU driver but is not in /proc: gpuledger does not see the host's "
+        "processes (run it in the host's PID namespace, e.g. --pid=host, or pass the host's "
+        "/proc as --proc-root)",
+    ),
+    "docker-unknown": (
+        "docker",
+        "sits in a Docker container that the Docker API gpuledger reads does not know (is "
+        "--docker the daemon that runs it? rootless and rootful daemons differ)",
+    ),
+    "podman-unknown": (
+        "podman",
+        "sits in a Podman container that the Podman API gpuledger reads does not know (is "
+        "--podman the service that runs it? each user has its own socket)",
+    ),
+    "nomad-lookup": (
+        "nomad",
+        "belongs to an allocation Nomad did not list and did not answer for when asked on its "
+        "own (GET /v1/allocation/<id>)",
+    ),
+}
 _SOURCE_LABEL = {
     SourceName.GPU: "GPU driver",
     SourceName.PROCFS: "/proc",
@@ -192,6 +215,22 @@ class _Judge:
             )
         if t.verdict is Verdict.UNDECIDED and t.why in _RUNTIME_FLAGS:
             return self.runtime_off(lgpu, t, who, where)
+        if t.verdict is Verdict.UNDECIDED and t.why in _UNTRACED:
+            source, why = _UNTRACED[t.why]
+            what = f"{who} on {where} {why}, so the GPU cannot be judged"
+            if t.why == "nomad-lookup" and t.alloc is not None:
+                what = (
+                    f"{who} on {where} {why} (allocation {t.alloc.id}), so the GPU cannot be judged"
+                )
+            rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None)
+            return self.finding(
+                Code.SOURCE_UNAVAILABLE,
+                rule,
+                lgpu.gpu.uuid,
+                f"source:{t.why}",
+                what,
+                {"source": source, **_subject(t)},
+            )
         return None
 
     def runtime_off(self, lgpu: LedgerGpu, t: Tenant, who: str, where: str) -> Finding | None:

@@ -16,7 +16,9 @@ describes it (§1, §2, §3), and shares no code with the collector it fakes::
 ``null`` prints ``[N/A]`` (``[Not Found]`` for a process name); a MIG GPU prints ``[N/A]``
 utilisation. ``legacy_fields`` plays a driver before 535: no ``temperature.gpu.tlimit``, only
 the ``clocks_throttle_reasons.*`` names, and ``memory.used`` that includes the reserved memory.
-A process that ``vanishes`` has exited before this call. ``fault`` is one of ``no-driver``
+A process that ``vanishes`` has exited before this call; one with ``listed_calls: N`` is listed by
+the first N process queries (counted in ``.compute-apps-calls`` beside the state file), then has
+exited. ``fault`` is one of ``no-driver``
 (exit 9), ``version-mismatch`` (exit 18), ``gpu-lost`` (the GPU marked ``lost``, else the
 first), ``garbage`` (exit 0, unparsable) or ``hang`` (never answers; a forked child keeps stdout
 open, for ``hang_seconds``, default 3600). ``call_log`` names a file each call appends its
@@ -408,8 +410,20 @@ def _answer(argv: Sequence[str], state: dict[str, Any], base: Path) -> str:
         names = str(options["--query-compute-apps"]).split(",")
         if capture:
             return _replay(capture.apps, capture.apps_help, names, fmt)
-        return _query_apps(state, names, fmt)
+        return _query_apps(_exit_listed(state, base), names, fmt)
     raise _ExitError(2, _BAD_ARGS + "\n")
+
+
+def _exit_listed(state: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The world as this process query sees it: a process with ``listed_calls: N`` is listed by
+    the first N process queries only, then has exited (the race between two reads)."""
+    if not any("listed_calls" in p for p in state.get("processes", [])):
+        return state
+    counter = base / ".compute-apps-calls"
+    calls = int(counter.read_text() or 0) + 1 if counter.exists() else 1
+    counter.write_text(str(calls))
+    procs = [p for p in state["processes"] if calls <= p.get("listed_calls", calls)]
+    return {**state, "processes": procs}
 
 
 def run(argv: Sequence[str], state_file: Path) -> tuple[int, str, str]:

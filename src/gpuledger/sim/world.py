@@ -9,7 +9,9 @@ Scenario keys (see ``scenarios/demo.yaml``): ``node`` {name, nomad_node_id}, ``d
 ``gpus`` [...], ``allocations`` [{id, namespace, job, group, client_status, tasks: {task: [uuid]}}],
 ``gone_allocations`` [id], ``hidden_namespaces`` [ns], ``containers`` [{key, runtime, name,
 labels}], ``processes`` [{pid, gpu, name, used_memory, cmdline, owner}], where ``owner`` is
-``{container: key}``, ``{nomad_exec: {alloc, task}}`` or ``{host: true}``.
+``{container: key}``, ``{nomad_exec: {alloc, task}}`` or ``{host: true}``; ``vanished: true`` leaves
+a process out of /proc, ``listed_calls: N`` lists it in the driver's first N process queries only
+(it exits between two reads), and a container with ``exited: true`` is unknown to its runtime.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
 from gpuledger.sim.proc import cgroup_text, write_proc_tree
 
 Scenario = dict[str, Any]
+_NVIDIA_KEYS = ("gpu", "pid", "name", "used_memory", "listed_calls")
 
 
 def load_scenario(name_or_path: str | Path) -> Scenario:
@@ -105,9 +108,11 @@ class World:
             "fault": s.get("nvidia_fault"),
             "gpus": s.get("gpus", []),
             "processes": [
-                {k: p.get(k) for k in ("gpu", "pid", "name", "used_memory")} for p in processes
+                {k: p[k] for k in _NVIDIA_KEYS if k in p} for p in processes
             ],
         }
+        # a new world: the process queries' count (listed_calls) starts again
+        (self.directory / ".compute-apps-calls").unlink(missing_ok=True)
         tmp = self.directory / "nvidia.json.tmp"
         tmp.write_text(json.dumps(state), encoding="utf-8")
         tmp.replace(self.directory / "nvidia.json")
