@@ -87,7 +87,7 @@ class Sources:
         )
         containers = self._containers(procs, statuses, run)
         desired = self._nomad(procs, containers, run)
-        unexplained = {pid: "procfs" for pid in self._hidden_pids(pids, procs, statuses, run)}
+        unexplained = dict.fromkeys(self._hidden_pids(pids, procs, statuses, run), "procfs")
         unexplained |= self._unknown_to_runtime(procs, containers, statuses)
         observed = Observed(
             reading=reading,
