@@ -1,4 +1,4 @@
-"""The ``gpuledger`` command line: ``ls``, ``check``, ``policy`` and ``demo`` (DESIGN §4).
+"""The ``gpuledger`` command line: ``ls``, ``check``, ``serve``, ``policy`` and ``demo``.
 
 Exit codes: 0 done (``check``: nothing at or above ``--exit-on``), 1 ``check`` found something at
 or above it (or ``policy check`` found problems), 2 a usage error — always a message that names
@@ -164,7 +164,10 @@ def _source_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    parser = _Parser(prog="gpuledger", description=__doc__.split("\n")[0] if __doc__ else None)
+    parser = _Parser(
+        prog="gpuledger",
+        description="Joins Nomad's GPU reservations with what really runs on the cards.",
+    )
     parser.add_argument("--version", action="version", version=f"gpuledger {__version__}")
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
@@ -215,13 +218,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = psub.add_parser("show", help="print a policy (--default: the built-in one)")
     show.add_argument("--default", action="store_true", help="the built-in policy")
-    pcheck = psub.add_parser("check", help="validate a policy file; exit 1 on problems")
-    pcheck.add_argument("file", type=Path)
+    pcheck = psub.add_parser(
+        "check",
+        help="validate a policy file; exit 1 on problems",
+        description="Report every problem of a policy file as FILE:LINE:COLUMN: key: what.",
+    )
+    pcheck.add_argument("file", type=Path, help="the policy file (YAML, version: 1)")
     psub.add_parser("schema", help="print the policy's JSON Schema")
     ptest = psub.add_parser("test", help="run policy test files; exit 1 on a failing case")
-    ptest.add_argument("files", type=Path, nargs="+", metavar="FILE")
-    demo = sub.add_parser("demo", help="a simulated node with every state and finding")
+    ptest.add_argument("files", type=Path, nargs="+", metavar="FILE", help="policy test files")
+    demo = sub.add_parser(
+        "demo",
+        help="a simulated node with every state and finding",
+        description="Run a simulated GPU node (fake nvidia-smi, /proc, Docker, Podman and "
+        "Nomad) with drift that changes over time, and serve it on localhost.",
+    )
     demo.add_argument("--json", action="store_true", help="print the JSON documents")
+    for name, sub_parser in {**sub.choices, **psub.choices}.items():
+        # so that a stray argument is reported by the command it was given to
+        sub_parser.set_defaults(_parser=sub_parser, _name=name)
     return parser
 
 
@@ -334,6 +349,8 @@ def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
         from gpuledger.policytest import run_policy_tests  # noqa: PLC0415
 
         return run_policy_tests(args.files, out)
+    if not args.file.is_file():
+        raise UsageError(f"{args.file}: no such file")
     try:
         load_policy(args.file)
     except PolicyError as exc:
@@ -368,7 +385,9 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one command; returns the exit code (the console script exits with it)."""
-    args = build_parser().parse_args(argv)
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:
+        args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
     stream = out or sys.stdout
     try:
         return COMMANDS[args.command](args, stream)

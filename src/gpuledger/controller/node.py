@@ -24,6 +24,8 @@ def judge(
     desired, observed = sources.read()
     if desired.view is not None:
         node = replace(node, nomad_node_id=desired.view.node_id)
+    elif sources.config.nomad is not None and sources.config.nomad.node_id:
+        node = replace(node, nomad_node_id=sources.config.nomad.node_id)
     ledger = reconcile(desired, observed, node, at, commands)
     findings = evaluate(ledger, policy, since or Since(), at)
     return replace(ledger, findings=findings)
