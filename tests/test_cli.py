@@ -250,7 +250,9 @@ def test_table_shows_states_and_findings(world: World) -> None:
     [
         (["check", "--exit-on", "SEVERE"], "'SEVERE' is not one of OK, WARN, BAD, ERROR"),
         (["ls", "--timeout", "5x"], "'5x' is not a duration"),
-        (["ls", "extra"], "unrecognized arguments: extra"),
+        (["ls", "extra"], "gpuledger ls: error: unrecognized arguments: extra"),
+        (["policy", "check", "a.yaml", "b.yaml"], "gpuledger policy check: error: unrecognized"),
+        (["policy", "check", "/nonexistent/p.yaml"], "/nonexistent/p.yaml: no such file"),
         (["ls", "--policy", "/nonexistent/policy.yaml"], "/nonexistent/policy.yaml"),
         (["ls", "--proc-root", "/nonexistent"], "--proc-root /nonexistent"),
         (["ls", "--gpu-backend", "cuda"], "invalid choice: 'cuda'"),
