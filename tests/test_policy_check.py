@@ -237,10 +237,13 @@ def test_an_invalid_policy_is_a_usage_error_with_the_same_messages(
     assert "Traceback" not in err
 
 
-def test_an_unreadable_policy_is_reported_not_raised(tmp_path: Path) -> None:
+def test_a_missing_policy_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "nope.yaml"
     code, out = run("policy", "check", str(missing))
-    assert code == 1 and out.startswith(f"{missing}: cannot read the policy file: ")
+    assert (code, out) == (2, "")
+    assert f"{missing}: no such file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
