@@ -328,6 +328,51 @@ def test_unreadable_files_are_usage_errors(tmp_path: Path) -> None:
         NomadReader(NomadSettings(addr="ftp://x"))
 
 
+@pytest.mark.parametrize("scheme", ["http", "https"])
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        ("ca_cert", "--nomad-ca-cert"),
+        ("ca_path", "--nomad-ca-path"),
+        ("client_cert", "--nomad-client-cert"),
+        ("client_key", "--nomad-client-key"),
+    ],
+)
+def test_unreadable_tls_files_are_usage_errors_whatever_the_scheme(
+    tmp_path: Path, pki: Pki, scheme: str, setting: str, words: str
+) -> None:
+    # A client certificate comes with its key: the other half of the pair is readable.
+    settings = {"client_cert": pki.client_cert, "client_key": pki.client_key}
+    settings = settings if setting.startswith("client") else {}
+    settings[setting] = tmp_path / "missing.pem"
+    with pytest.raises(ConfigError) as caught:
+        NomadReader(NomadSettings(addr=f"{scheme}://127.0.0.1:4646", **settings))
+    assert str(tmp_path / "missing.pem") in str(caught.value)
+    assert words in str(caught.value)
+
+
+def test_half_a_client_certificate_is_a_usage_error_over_http(pki: Pki) -> None:
+    with pytest.raises(ConfigError, match="--nomad-client-key"):
+        NomadReader(NomadSettings(addr="http://127.0.0.1:4646", client_cert=pki.client_cert))
+
+
+def test_passwords_in_the_address_are_never_shown(fake: FakeNomad) -> None:
+    addr = f"http://admin:hunter2@127.0.0.1:{fake.port}"
+    reader = NomadReader(NomadSettings(addr=addr))
+    assert reader.read().node_id == NODE
+    assert "hunter2" not in repr(reader)
+    fake.client_agent = False
+    err = source_error(NomadReader(NomadSettings(addr=addr)))
+    assert f"the Nomad agent at http://admin:***@127.0.0.1:{fake.port} is not" in err.message
+    fake.fault("down")
+    err = source_error(reader)
+    assert err.message.startswith(f"Nomad at http://admin:***@127.0.0.1:{fake.port} is unre")
+    with pytest.raises(ConfigError) as caught:
+        NomadReader(NomadSettings(addr="ftp://admin:hunter2@x"))
+    assert "ftp://admin:***@x" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
 # --------------------------------------------------------------------------- lookups
 
 

@@ -25,6 +25,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection
 from urllib3.util.ssl_match_hostname import CertificateError
 
+from gpuledger.collectors.urls import redact_url_passwords
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
 
@@ -148,12 +149,18 @@ def _read_file(path: Path, what: str) -> bytes:
 
 
 def _ssl_context(settings: NomadSettings) -> ssl.SSLContext:
-    """The context every HTTPS connection uses: verified unless ``skip_verify`` says not."""
+    """The context every HTTPS connection uses: verified unless ``skip_verify`` says not.
+
+    Built whatever the address's scheme, so that a file a flag names and that cannot be used
+    is a usage error at start-up, as in the Nomad CLI, not a surprise on a later https://.
+    """
     ca_file, ca_dir = settings.ca_cert, settings.ca_path
     if ca_file is not None:
-        _read_file(ca_file, "CA certificate (NOMAD_CACERT)")
+        _read_file(ca_file, "CA certificate (--nomad-ca-cert, NOMAD_CACERT)")
     if ca_dir is not None and not ca_dir.is_dir():
-        raise ConfigError(f"the Nomad CA directory (NOMAD_CAPATH) {ca_dir} is not a directory")
+        raise ConfigError(
+            f"the Nomad CA directory (--nomad-ca-path, NOMAD_CAPATH) {ca_dir} is not a directory"
+        )
     try:
         # With a CA file or directory, only those CAs are trusted, as in the Nomad CLI.
         context = ssl.create_default_context(
@@ -167,10 +174,13 @@ def _ssl_context(settings: NomadSettings) -> ssl.SSLContext:
         context.verify_mode = ssl.CERT_NONE
     cert, key = settings.client_cert, settings.client_key
     if (cert is None) != (key is None):
-        raise ConfigError("a Nomad client certificate needs both NOMAD_CLIENT_CERT and its key")
+        raise ConfigError(
+            "a Nomad client certificate needs both --nomad-client-cert (NOMAD_CLIENT_CERT) "
+            "and --nomad-client-key (NOMAD_CLIENT_KEY)"
+        )
     if cert is not None and key is not None:
-        _read_file(cert, "client certificate (NOMAD_CLIENT_CERT)")
-        _read_file(key, "client key (NOMAD_CLIENT_KEY)")
+        _read_file(cert, "client certificate (--nomad-client-cert, NOMAD_CLIENT_CERT)")
+        _read_file(key, "client key (--nomad-client-key, NOMAD_CLIENT_KEY)")
         try:
             context.load_cert_chain(cert, key)
         except ssl.SSLError as err:
@@ -285,15 +295,16 @@ class _UnixAdapter(HTTPAdapter):
 def _base_url(addr: str) -> str:
     """The address python-nomad is given for ``addr``; ``ConfigError`` for an unusable one."""
     addr = addr.strip().rstrip("/")
+    shown = redact_url_passwords(addr)
     if addr.startswith("unix://"):
         socket_path = addr[len("unix://") :]
         if not socket_path:
-            raise ConfigError(f"Nomad address {addr!r} names no socket path")
+            raise ConfigError(f"Nomad address {shown!r} names no socket path")
         return _UNIX_SCHEME + quote(socket_path, safe="")
     parts = urlsplit(addr)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ConfigError(
-            f"Nomad address {addr!r} is not http://host:port, https://host:port or unix:///path"
+            f"Nomad address {shown!r} is not http://host:port, https://host:port or unix:///path"
         )
     return addr
 
@@ -338,7 +349,8 @@ class NomadReader:
         self._settings = settings
         self._base = _base_url(settings.addr)
         if settings.token_file is not None:
-            _read_file(settings.token_file, "token file")
+            _read_file(settings.token_file, "token file (--nomad-token-file)")
+        context = _ssl_context(settings)
         self._token: str | None = None
         self._session = requests.Session()
         # Proxies from the environment would send the token to a proxy; Nomad is local.
@@ -346,9 +358,7 @@ class NomadReader:
         if self._base.startswith(_UNIX_SCHEME):
             self._session.mount(_UNIX_SCHEME, _UnixAdapter())
         elif self._base.startswith("https://"):
-            adapter = _TlsAdapter(
-                _ssl_context(settings), settings.tls_server_name, not settings.skip_verify
-            )
+            adapter = _TlsAdapter(context, settings.tls_server_name, not settings.skip_verify)
             self._session.mount("https://", adapter)
         client = nomad.Nomad(
             address=self._base, timeout=settings.timeout, session=self._session, cert=("", "")
@@ -367,7 +377,8 @@ class NomadReader:
         self._node_checked = False
 
     def __repr__(self) -> str:
-        return f"NomadReader(addr={self._settings.addr!r}, node_id={self._node_id!r})"
+        addr = redact_url_passwords(self._settings.addr)
+        return f"NomadReader(addr={addr!r}, node_id={self._node_id!r})"
 
     def close(self) -> None:
         """Close the kept-alive connections."""
@@ -395,6 +406,8 @@ class NomadReader:
             self._session.headers.pop("X-Nomad-Token", None)
 
     def _redact(self, text: str) -> str:
+        # Messages and hints repeat the address, which may carry a password of its own.
+        text = redact_url_passwords(text)
         if self._token:
             text = text.replace(self._token, "<redacted>")
         if self._settings.token:
