@@ -226,6 +226,113 @@ def test_server_only_agent_has_no_node(fake: FakeNomad) -> None:
     assert "--nomad-node-id" in (err.hint or "")
 
 
+NEW_NODE = "7e1a2b3c-4d5e-4f60-8a71-b2c3d4e5f607"
+
+
+def test_node_name_comes_from_the_node(fake: FakeNomad) -> None:
+    fake.set_allocations([spec()])
+    assert reader_for(fake).read().node_name == "gpu-node-1"
+    assert reader_for(fake, node_id=NODE).read().node_name == "gpu-node-1"
+
+
+def test_a_node_with_allocations_is_not_checked_again(fake: FakeNomad) -> None:
+    fake.set_allocations([spec()])
+    reader = reader_for(fake, node_id=NODE)
+    reader.read()
+    fake.node_name = "renamed"
+    # The normal tick costs one request, and keeps the name it read at first.
+    assert reader.read().node_name == "gpu-node-1"
+    assert paths(fake) == [f"/v1/node/{NODE}", *[f"/v1/node/{NODE}/allocations"] * 2]
+
+
+def test_an_empty_node_is_checked_again(fake: FakeNomad) -> None:
+    reader = reader_for(fake)
+    assert reader.read().allocations == ()
+    fake.node_name = "renamed"
+    view = reader.read()
+    assert (view.node_id, view.node_name, view.allocations) == (NODE, "renamed", ())
+    # The first read checked the node just before its list: no second check there.
+    assert paths(fake) == [
+        "/v1/agent/self",
+        f"/v1/node/{NODE}",
+        f"/v1/node/{NODE}/allocations",
+        f"/v1/node/{NODE}/allocations",
+        "/v1/agent/self",
+        f"/v1/node/{NODE}",
+    ]
+
+
+def test_purged_node_is_an_error_not_a_free_node(fake: FakeNomad) -> None:
+    fake.set_allocations([spec()])
+    reader = reader_for(fake, node_id=NODE)
+    assert [a.id for a in reader.read().allocations] == [ALLOC]
+    # The node is purged (and another registers): its allocations list answers 200 [].
+    fake.node_id = NEW_NODE
+    fake.set_allocations([])
+    err = source_error(reader)
+    assert f"Nomad knows no node {NODE!r}" in err.message
+    assert "404" in err.message
+    assert "--nomad-node-id" in (err.hint or "")
+    # And it stays an error at the next tick, never a node whose GPUs are free.
+    assert "404" in source_error(reader).message
+
+
+def test_re_registered_node_is_followed(fake: FakeNomad) -> None:
+    fake.set_allocations([spec()])
+    reader = reader_for(fake)
+    assert reader.read().node_id == NODE
+    # The client lost its state and registered again under a new id, with its allocations.
+    fake.node_id, fake.node_name = NEW_NODE, "gpu-node-1b"
+    fake.set_allocations([spec()])
+    view = reader.read()
+    assert (view.node_id, view.node_name) == (NEW_NODE, "gpu-node-1b")
+    assert [a.id for a in view.allocations] == [ALLOC]
+    assert paths(fake)[-4:] == [
+        f"/v1/node/{NODE}/allocations",
+        "/v1/agent/self",
+        f"/v1/node/{NEW_NODE}",
+        f"/v1/node/{NEW_NODE}/allocations",
+    ]
+
+
+def test_re_registered_node_is_followed_while_the_old_one_lists_lost_allocations(
+    fake: FakeNomad,
+) -> None:
+    fake.set_allocations([spec()])
+    reader = reader_for(fake)
+    assert reader.read().node_id == NODE
+    # Until Nomad collects them, the old node still lists its allocations, marked lost.
+    fake.node_id = NEW_NODE
+    fake.set_allocations([spec(node_id=NODE, client_status="lost"), spec(OTHER)])
+    view = reader.read()
+    assert view.node_id == NEW_NODE
+    assert [a.id for a in view.allocations] == [OTHER]
+
+
+class PurgedNode(FakeNomad):
+    """A Nomad whose servers purged the node while its client agent still runs."""
+
+    purged = False
+
+    def answer(self, method: str, target: str, token: str | None) -> tuple[int, Any]:
+        if self.purged and target.partition("?")[0] == f"/v1/node/{self.node_id}":
+            return 404, "node not found"
+        return super().answer(method, target, token)
+
+
+def test_purged_node_of_the_agent_is_an_error() -> None:
+    with PurgedNode(NODE) as fake:
+        reader = reader_for(fake)
+        fake.set_allocations([spec()])
+        reader.read()
+        fake.purged = True
+        fake.set_allocations([])
+        err = source_error(reader)
+    assert f"Nomad knows no node {NODE!r}" in err.message
+    assert "404" in err.message
+    assert "client" in (err.hint or "")
+
+
 # --------------------------------------------------------------------------- failures
 
 

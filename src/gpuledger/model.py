@@ -205,6 +205,8 @@ class NomadView:
     node_id: str
     allocations: tuple[Allocation, ...]
     lookups: Mapping[str, AllocLookupResult] = field(default_factory=dict)
+    node_name: str | None = None
+    """The node's ``Name`` in Nomad (``/v1/node/<id>``); ``None`` when Nomad gave none."""
 
 
 # --------------------------------------------------------------------------- sources

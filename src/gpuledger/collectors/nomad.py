@@ -374,6 +374,7 @@ class NomadReader:
             requester.namespace = None
             requester.region = None
         self._node_id: str | None = settings.node_id
+        self._node_name: str | None = None
         self._node_checked = False
 
     def __repr__(self) -> str:
@@ -573,22 +574,44 @@ class NomadReader:
         return node_id
 
     def _check_node(self, node_id: str) -> None:
-        if self._node_checked:
-            return
+        """Ask Nomad for the node (404: a ``SourceError``), and keep its name."""
         path = f"/v1/node/{node_id}"
         # The allocations endpoint answers 200 [] for an unknown node: without this check
         # every GPU of a mistyped --nomad-node-id would look free.
+        if self._settings.node_id is not None:
+            hint = "check --nomad-node-id (`nomad node status` lists the node ids)"
+        else:
+            hint = (
+                "the node was purged or has not registered yet: check `nomad node status` "
+                "and the Nomad client agent's log (restarting the client registers it again)"
+            )
         call = _Call(
             path,
             "node:read",
             'grant the token node { policy = "read" }',
             not_found=(
                 f"Nomad knows no node {node_id!r} (GET {path} answered 404 node not found)",
-                "check --nomad-node-id (`nomad node status` lists the node ids)",
+                hint,
             ),
         )
-        self._call(call, lambda: self._node.get_node(quote(node_id, safe="")))
-        self._node_checked = True
+        doc = self._call(call, lambda: self._node.get_node(quote(node_id, safe="")))
+        name = doc.get("Name") if isinstance(doc, Mapping) else None
+        self._node_name = name if isinstance(name, str) and name else None
+
+    def _ensure_node(self) -> str:
+        """The node's id, found and checked once (again after ``_forget_node``)."""
+        node_id = self._find_node_id()
+        if not self._node_checked:
+            self._check_node(node_id)
+            self._node_checked = True
+        return node_id
+
+    def _forget_node(self) -> None:
+        """Find and check the node afresh at the next ``_ensure_node``."""
+        self._node_checked = False
+        if self._settings.node_id is None:
+            # The agent may have registered again under a new id: ask it again.
+            self._node_id = None
 
     def _lookup(self, alloc_id: str) -> AllocLookupResult:
         path = f"/v1/allocation/{alloc_id}"
@@ -621,8 +644,26 @@ class NomadReader:
 
     def _read(self, task_alloc_ids: Collection[str]) -> NomadView:
         self._refresh_token()
-        node_id = self._find_node_id()
-        self._check_node(node_id)
+        just_checked = not self._node_checked
+        node_id = self._ensure_node()
+        allocations = self._allocations(node_id)
+        if not just_checked and all(a.terminal for a in allocations):
+            # A node purged since it was checked answers 200 [], and one that re-registered
+            # under a new id leaves its old allocations lost: check again (and ask the agent
+            # for its id again), so that neither looks like a node whose GPUs are all free.
+            # A node that runs something exists: the normal tick costs nothing more.
+            self._forget_node()
+            previous, node_id = node_id, self._ensure_node()
+            if node_id != previous:
+                allocations = self._allocations(node_id)
+        known = {a.id for a in allocations}
+        lookups = {i: self._lookup(i) for i in sorted(set(task_alloc_ids) - known)}
+        return NomadView(
+            node_id=node_id, allocations=allocations, lookups=lookups, node_name=self._node_name
+        )
+
+    def _allocations(self, node_id: str) -> tuple[Allocation, ...]:
+        """Every allocation Nomad lists for the node, terminal ones included."""
         path = f"/v1/node/{node_id}/allocations"
         call = _Call(
             path,
@@ -634,12 +675,9 @@ class NomadReader:
         if not isinstance(docs, list):
             raise self._error(f"GET {path} answered no list", "check the Nomad agent's version")
         try:
-            allocations = tuple(parse_allocation(doc) for doc in docs)
+            return tuple(parse_allocation(doc) for doc in docs)
         except (ValueError, AttributeError, TypeError) as err:
             raise self._error(
                 f"GET {path} answered an allocation gpuledger cannot read ({err})",
                 "report this with the Nomad version",
             ) from None
-        known = {a.id for a in allocations}
-        lookups = {i: self._lookup(i) for i in sorted(set(task_alloc_ids) - known)}
-        return NomadView(node_id=node_id, allocations=allocations, lookups=lookups)
