@@ -12,8 +12,8 @@ import docker
 import docker.errors
 import pytest
 
-from gpuledger.collectors.runtimes import RuntimeClient, alloc_of, default_socket
-from gpuledger.errors import SourceError
+from gpuledger.collectors.runtimes import RuntimeClient, alloc_of, check_url, default_socket
+from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Container
 from gpuledger.sim.docker_api import FakeDockerApi
 
@@ -192,6 +192,64 @@ def test_no_ids_asks_nothing(sockdir: Path) -> None:
 def test_bare_socket_path_is_accepted(docker_api: FakeDockerApi) -> None:
     client = RuntimeClient("docker", str(docker_api.socket_path))
     assert set(client.inspect([NOTEBOOK])) == {NOTEBOOK}
+
+
+def test_password_in_the_url_is_never_shown() -> None:
+    # The SDK itself refuses a password in the address, and repeats the address when it does.
+    with pytest.raises(SourceError) as caught:
+        RuntimeClient("docker", "tcp://admin:hunter2@127.0.0.1:2375").inspect([TRAINER])
+    shown = f"{caught.value.message} {caught.value.hint}"
+    assert "tcp://admin:***@127.0.0.1:2375" in shown
+    assert "hunter2" not in shown
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("unix:///run/podman/podman.sock", "unix:///run/podman/podman.sock"),
+        ("/var/run/docker.sock", "unix:///var/run/docker.sock"),
+        ("tcp://10.0.0.5:2375", "tcp://10.0.0.5:2375"),
+        ("http://10.0.0.5:2375", "http://10.0.0.5:2375"),
+        ("https://docker.example:2376", "https://docker.example:2376"),
+        ("ssh://ops@gpu-node-1", "ssh://ops@gpu-node-1"),
+        ("ssh://ops@gpu-node-1:2222", "ssh://ops@gpu-node-1:2222"),
+    ],
+)
+def test_check_url_accepts_what_the_sdk_uses(url: str, expected: str) -> None:
+    assert check_url(url) == expected
+    # The SDK takes it too (ssh:// would need paramiko to connect, not to parse).
+    docker.utils.parse_host(expected)
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("ftp://10.0.0.5:2375", "'ftp'"),
+        ("npipe:////./pipe/docker_engine", "'npipe'"),
+        ("docker.sock", "docker.sock"),
+        ("", "''"),
+        ("tcp://10.0.0.5", "port"),
+        ("http://10.0.0.5", "port"),
+        ("tcp://10.0.0.5:2375/path?x=1", "query"),
+        ("ssh://ops@gpu-node-1/path", "path"),
+        ("tcp://admin:***@10.0.0.5:2375", "password"),
+    ],
+)
+def test_check_url_refuses_what_the_sdk_cannot_use(url: str, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_url(url)
+    message = str(caught.value)
+    assert words in message
+    # It says what is allowed.
+    for allowed in ("unix://", "tcp://", "http://", "https://", "ssh://", "/path"):
+        assert allowed in message
+
+
+def test_check_url_never_shows_a_password() -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_url("tcp://admin:hunter2@10.0.0.5:2375")
+    assert "tcp://admin:***@10.0.0.5:2375" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
 
 
 def test_container_looked_up_by_prefix_keeps_the_asked_key(docker_api: FakeDockerApi) -> None:

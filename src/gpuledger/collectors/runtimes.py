@@ -11,12 +11,14 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import docker
 import docker.errors
 import requests
 
-from gpuledger.errors import SourceError
+from gpuledger.collectors.urls import redact_url_passwords
+from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Container, Runtime
 
 ALLOC_LABEL = "com.hashicorp.nomad.alloc_id"
@@ -42,6 +44,49 @@ _TASK_NAME = re.compile(rf"^(.+)-({_UUID})$")
 _PAUSE_NAME = re.compile(rf"^nomad_init_({_UUID})$")
 
 
+_ALLOWED_URLS = (
+    "unix:///path/to/socket, tcp://host:port, http://host:port, https://host:port, "
+    "ssh://[user@]host[:port] or a socket /path"
+)
+
+
+def _with_scheme(url: str) -> str:
+    """A bare path is the socket itself; the SDK wants a scheme."""
+    return f"unix://{url}" if url.startswith("/") else url
+
+
+def check_url(url: str) -> str:
+    """The URL the docker SDK will be given for ``url``; ``ConfigError`` if it cannot use it."""
+    full = _with_scheme(url.strip())
+    shown = redact_url_passwords(full)
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"container runtime URL {shown!r} {why}: use {_ALLOWED_URLS}")
+
+    parts = urlsplit(full)
+    if "://" not in full:
+        raise refuse("has no scheme")
+    if parts.scheme not in {"unix", "tcp", "http", "https", "ssh"}:
+        raise refuse(f"has the scheme {parts.scheme!r}")
+    # What docker.utils.parse_host refuses, said before the first tick rather than at every one.
+    if parts.password is not None:
+        raise refuse("holds a password (the docker SDK takes none)")
+    if parts.query or parts.fragment:
+        raise refuse("has a query or fragment")
+    if parts.scheme == "unix":
+        return full
+    try:
+        port = parts.port
+    except ValueError:
+        raise refuse("has a port that is not a number") from None
+    if parts.scheme == "ssh":
+        if parts.path:
+            raise refuse("has a path (ssh:// takes none)")
+    elif not port:
+        raise refuse("names no port")
+    return full
+
+
 def default_socket(runtime: Runtime, *, root: Path = Path("/")) -> str | None:
     """The URL of ``runtime``'s standard socket when that file exists, else ``None`` (off)."""
     path = root / _SOCKETS[runtime]
@@ -55,8 +100,7 @@ class RuntimeClient:
     def __init__(self, runtime: Runtime, url: str, timeout: float = 5.0) -> None:
         """Remember where the API is; nothing is contacted until ``inspect``."""
         self.runtime: Runtime = runtime
-        # A bare path is the socket itself; the SDK wants a scheme.
-        self.url = f"unix://{url}" if url.startswith("/") else url
+        self.url = _with_scheme(url)
         self.timeout = timeout
         self._api: docker.APIClient | None = None
 
@@ -115,11 +159,12 @@ class RuntimeClient:
         )
 
     def _error(self, why: str, hint: str | None = None) -> SourceError:
-        """A ``SourceError`` naming the runtime, its URL and why."""
+        """A ``SourceError`` naming the runtime, its URL and why (passwords hidden)."""
+        # `why` may repeat the URL too: the SDK quotes it whole when it refuses one.
         return SourceError(
             self.runtime,
-            f"cannot read the {self.runtime} API at {self.url}: {why}",
-            hint or _HINTS[self.runtime],
+            redact_url_passwords(f"cannot read the {self.runtime} API at {self.url}: {why}"),
+            redact_url_passwords(hint or _HINTS[self.runtime]),
         )
 
 
