@@ -374,6 +374,50 @@ def test_short_name(process: str, expected: str) -> None:
         # A process that rewrote its title: one blob with blanks.
         (["VLLM::EngineCore --api-key abc"], "VLLM::EngineCore --api-key ***"),
         (["nginx: worker process"], "nginx: worker process"),
+        # A password in a URL, wherever the URL is.
+        (["psql", "postgres://user:pa55@db/x"], "psql postgres://user:***@db/x"),
+        (["app", "--dsn=postgres://user:pa55@db/x"], "app --dsn=postgres://user:***@db/x"),
+        (["app", "--dsn", "postgres://user:pa55@db/x"], "app --dsn postgres://user:***@db/x"),
+        (
+            ["app", "--db", "mysql://root:p@ss:w0rd@db:3306/x?ssl=1"],
+            "app --db mysql://root:***@db:3306/x?ssl=1",
+        ),
+        (
+            ["git", "clone", "https://:ghp_abc@github.com/o/r"],
+            "git clone https://:***@github.com/o/r",
+        ),
+        (
+            ["curl", "https://u:pw@h/x?api_key=abc"],
+            "curl https://u:***@h/x?api_key=***",
+        ),
+        # A password that holds the word "key" is hidden whole, not cut at its '='.
+        (["app", "redis://u:mykey=1@cache:6379"], "app redis://u:***@cache:6379"),
+        (["run", "a=postgres://u:pw@db"], "run a=postgres://u:***@db"),
+        # No password: nothing to hide.
+        (["app", "https://user@h/x", "ssh://git@h"], "app https://user@h/x ssh://git@h"),
+        (
+            ["app", "unix:///run/a.sock", "http://h:8080/p"],
+            "app unix:///run/a.sock http://h:8080/p",
+        ),
+        # An HTTP Authorization value, whatever its scheme.
+        (
+            ["curl", "--header", "Authorization: Bearer abc", "https://h/"],
+            "curl --header 'Authorization: ***' https://h/",
+        ),
+        (["curl", "-H", "Authorization: Basic xyz"], "curl -H 'Authorization: ***'"),
+        (["curl", "-H", "authorization:token abc"], "curl -H authorization:***"),
+        (["curl", "-H", "Authorization: token abc"], "curl -H 'Authorization: ***'"),
+        (["curl", "-H", "Proxy-Authorization: Basic xyz"], "curl -H 'Proxy-Authorization: ***'"),
+        (["curl", "--header=Authorization: Bearer a"], "curl '--header=Authorization: ***'"),
+        (["curl", "-H", "Accept: text/plain"], "curl -H 'Accept: text/plain'"),
+        (
+            ["app", "--auth-mode", "Authorization-free"],
+            "app --auth-mode Authorization-free",
+        ),
+        (
+            ["wget --header Authorization: Bearer abc --quiet https://u:pw@h/"],
+            "wget --header Authorization: *** --quiet https://u:***@h/",
+        ),
     ],
 )
 def test_redact_argv_redacted(argv: list[str], expected: str) -> None:
@@ -383,6 +427,8 @@ def test_redact_argv_redacted(argv: list[str], expected: str) -> None:
 def test_redact_argv_full_and_none() -> None:
     argv = ["app", "--token=abc", "--api-key", "k", "my file"]
     assert redact_argv(argv, "full") == "app --token=abc --api-key k 'my file'"
+    argv = ["psql", "postgres://u:pw@db", "-H", "Authorization: Bearer b"]
+    assert redact_argv(argv, "full") == "psql postgres://u:pw@db -H 'Authorization: Bearer b'"
     assert (
         redact_argv(["VLLM::EngineCore --api-key abc"], "full") == "VLLM::EngineCore --api-key abc"
     )

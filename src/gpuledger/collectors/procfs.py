@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
+from gpuledger.collectors.urls import redact_url_passwords
 from gpuledger.errors import SourceError
 from gpuledger.model import OwnerKind, ProcessInfo, ProcessOwner
 
@@ -143,6 +144,10 @@ def short_name(process: str) -> str:
 
 _SENSITIVE = ("token", "secret", "password", "passwd", "key", "credential")
 _MASK = "***"
+# An HTTP credential header (curl -H, wget --header): the value is the rest of the argument.
+_AUTH_HEADER = re.compile(r"(?is)\b((?:proxy-)?authorization:\s*)\S.*")
+# In a retitled process's blob the header's words are apart: its value runs to the next option.
+_AUTH_HEADER_WORDS = re.compile(r"(?i)\b((?:proxy-)?authorization:\s*)\S+(?:\s+(?!-)\S+)*")
 
 
 def redact_argv(argv: Sequence[str], mode: Literal["full", "redacted", "none"]) -> str | None:
@@ -154,16 +159,18 @@ def redact_argv(argv: Sequence[str], mode: Literal["full", "redacted", "none"]) 
         # already a display string, so split it into words only to find secrets in it.
         if mode == "full":
             return argv[0]
-        return " ".join(_redact_args(argv[0].split()))
+        blob = _AUTH_HEADER_WORDS.sub(rf"\g<1>{_MASK}", argv[0])
+        return " ".join(_redact_args(blob.split()))
     args = list(argv) if mode == "full" else _redact_args(argv)
     return " ".join(_quote(arg) for arg in args)
 
 
 def _redact_args(argv: Sequence[str]) -> list[str]:
-    """``argv`` with the value of every option whose name looks secret replaced by ``***``."""
-    out = [argv[0]]
+    """``argv`` with the value of every option whose name looks secret, every password in a
+    URL and every ``Authorization:`` header value replaced by ``***``."""
+    out = [_redact_secrets_in(argv[0])]
     mask_next = False
-    for arg in argv[1:]:
+    for arg in map(_redact_secrets_in, argv[1:]):
         if mask_next and not arg.startswith("-"):
             # An option value that starts with '-' would be read as an option by argparse
             # and most parsers, so such a word is the next option, not the secret.
@@ -180,6 +187,15 @@ def _redact_args(argv: Sequence[str]) -> list[str]:
             mask_next = True
         out.append(arg)
     return out
+
+
+def _redact_secrets_in(arg: str) -> str:
+    """``arg`` with URL passwords and an ``Authorization:`` header's value as ``***``.
+
+    Done before the option rules, so that a '=' or a word like "key" inside a password cannot
+    cut it in two and leave half of it shown.
+    """
+    return _AUTH_HEADER.sub(rf"\g<1>{_MASK}", redact_url_passwords(arg))
 
 
 def _is_sensitive(name: str) -> bool:
