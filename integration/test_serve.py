@@ -557,7 +557,16 @@ def test_the_demo_serves_the_node_and_drifts(tmp_path: Path) -> None:
 
         eventually(stray_on_gpu_3, "the stray tenant on GPU 3")
         assert "starts a process on GPU 3" in out.getvalue()
+        eventually(
+            lambda: "opened   BAD   unreserved-tenant: python3 (pid 41990)" in out.getvalue(),
+            "the serve log's finding.opened relayed as one line",
+        )
     finally:
         stop.set()
         thread.join(timeout=60)
     assert result == [0]
+    shown = out.getvalue()
+    # first what `gpuledger ls` and `gpuledger check` print for the node, as a user sees them
+    assert shown.startswith("$ gpuledger ls\n")
+    assert "\n$ gpuledger check\n" in shown and "8 findings on demo-gpu-node" in shown
+    assert '"event"' not in shown  # the JSON log lines are not dumped on the terminal

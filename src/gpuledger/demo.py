@@ -129,12 +129,18 @@ def _serve(
         str(world.scenario["node"]["name"]),
         *world.cli_args(),
     ]
-    # The very command a user runs on a real node; its log goes to this terminal.
+    _show_once(world, out)
+    # The very command a user runs on a real node; its log (JSON lines, as on a real node
+    # whose log is collected) is relayed here as one line per finding opened or resolved.
     child = subprocess.Popen(
         [sys.executable, "-m", "gpuledger", "serve", *flags],
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
+    assert child.stderr is not None  # noqa: S101 - stderr is a pipe
+    relay = threading.Thread(target=_relay, args=(child.stderr, out), daemon=True)
+    relay.start()
     try:
         url = _first_url(child)
         if url is None:
@@ -167,6 +173,44 @@ def _free(listen: str) -> bool:
         except OSError:
             return False
     return True
+
+
+def _show_once(world: World, out: TextIO) -> None:
+    """What ``gpuledger ls`` and ``gpuledger check`` print for the node, once, to start with."""
+    from gpuledger.table import render_findings, render_ledger  # noqa: PLC0415
+
+    ledger = one_shot(
+        world_config(world),
+        parse_policy(demo_policy_text(), "demo-policy.yaml"),
+        node_name=str(world.scenario["node"]["name"]),
+        at=datetime.now(timezone.utc).replace(microsecond=0),
+        version=__version__,
+    )
+    out.write("$ gpuledger ls\n" + render_ledger(ledger))
+    out.write("\n$ gpuledger check\n" + render_findings(ledger) + "\n")
+    out.flush()
+
+
+_RELAYED = {"finding.opened": "opened  ", "finding.resolved": "resolved"}
+
+
+def _relay(log: TextIO, out: TextIO) -> None:
+    """Show the serve log's finding transitions and failures; keep the rest of it quiet."""
+    for line in log:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            out.write(line)  # not a log event: an error message, shown as it is
+            continue
+        name = event.get("event", "")
+        if name in _RELAYED:
+            out.write(
+                f"  {_RELAYED[name]} {event.get('level', ''):<5} {event.get('code', '')}: "
+                f"{event.get('message', '')}\n"
+            )
+        elif name in ("source.read_failed", "policy.reload_failed", "reconcile.crashed"):
+            out.write(f"  {name}: {event.get('error') or event.get('message') or ''}\n")
+        out.flush()
 
 
 def _first_url(child: subprocess.Popen[str]) -> str | None:
