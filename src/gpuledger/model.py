@@ -65,7 +65,7 @@ Runtime = Literal["docker", "podman"]
 # --------------------------------------------------------------------------- observed: GPUs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Gpu:
     """One physical GPU as the driver reports it. ``None`` is "not reported", never 0."""
 
@@ -83,7 +83,7 @@ class Gpu:
     driver_version: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuProcess:
     """One compute process on one GPU: a host PID, as NVML and nvidia-smi report it."""
 
@@ -94,7 +94,7 @@ class GpuProcess:
     used_memory_mib: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuReading:
     """What one read of the GPU driver saw."""
 
@@ -119,7 +119,7 @@ class OwnerKind(str, enum.Enum):
     LXC): not Nomad's, so it is judged as unmanaged."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProcessOwner:
     """The owner of a process, read from ``/proc/<pid>/cgroup``."""
 
@@ -129,7 +129,7 @@ class ProcessOwner:
     task: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """A GPU process as ``/proc`` shows it."""
 
@@ -142,7 +142,7 @@ class ProcessInfo:
 # --------------------------------------------------------------------------- observed: containers
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Container:
     """A container that holds a GPU process, as its runtime's API describes it."""
 
@@ -158,7 +158,7 @@ class Container:
 TERMINAL_CLIENT_STATUSES = frozenset({"complete", "failed", "lost"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Allocation:
     """A Nomad allocation and the GPUs each of its tasks was given."""
 
@@ -189,7 +189,7 @@ class AllocLookup(str, enum.Enum):
     """Any other answer: nothing can be said."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AllocLookupResult:
     """The answer for one allocation id looked up on its own."""
 
@@ -198,7 +198,7 @@ class AllocLookupResult:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NomadView:
     """Desired state: what Nomad says this node should run."""
 
@@ -222,7 +222,7 @@ class SourceName(str, enum.Enum):
     NOMAD = "nomad"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceStatus:
     """Whether a source was read this tick. An ``enabled=False`` source is off, not failed."""
 
@@ -256,7 +256,7 @@ class SourceStatus:
 # --------------------------------------------------------------------------- the ledger
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerRef:
     """A tenant's container as the JSON contract shows it (its labels are for the policy)."""
 
@@ -266,7 +266,7 @@ class ContainerRef:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AllocRef:
     """A tenant's or a reservation's allocation as the JSON contract shows it."""
 
@@ -294,7 +294,7 @@ class Verdict(str, enum.Enum):
     unreadable."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Tenant:
     """One process on one GPU, traced as far as the sources allow."""
 
@@ -311,7 +311,7 @@ class Tenant:
     """For ``HIDDEN`` and ``UNDECIDED``: which source kept gpuledger from deciding."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LedgerGpu:
     """One GPU of the ledger: the driver's facts, its state, reservation and tenants."""
 
@@ -324,7 +324,7 @@ class LedgerGpu:
     """The card's published NVENC session cap, when it has one (``collectors/cards.py``)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     """The node a ledger describes."""
 
@@ -333,7 +333,7 @@ class NodeInfo:
     version: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     """One drift, judged by the policy (DESIGN §3)."""
 
@@ -354,7 +354,7 @@ class Finding:
         return (self.code.value, self.gpu, self.owner)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ledger:
     """The joined state of one node at one instant."""
 
@@ -370,7 +370,7 @@ class Ledger:
         return max((f.level for f in self.findings), default=Level.OK)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Since:
     """Since when each GPU has been in its state and each finding open (DESIGN §2).
 

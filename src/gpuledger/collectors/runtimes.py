@@ -10,16 +10,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import docker
-import docker.errors
 import requests
 
 from gpuledger.collectors.urls import redact_url_passwords
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Container, Runtime
+
+if TYPE_CHECKING:
+    import docker
 
 ALLOC_LABEL = "com.hashicorp.nomad.alloc_id"
 TASK_LABEL = "com.hashicorp.nomad.task_name"
@@ -121,6 +122,8 @@ class RuntimeClient:
 
     def _inspect_one(self, container_id: str) -> dict[str, Any] | None:
         """The inspect document of one container, ``None`` on 404."""
+        import docker.errors  # noqa: PLC0415 - only a node with a runtime on loads the SDK
+
         try:
             attrs: dict[str, Any] = self._client().inspect_container(container_id)
         except docker.errors.NotFound:
@@ -144,6 +147,8 @@ class RuntimeClient:
         API version then, so any engine from Docker 1.24-era to today's, and Podman's compat
         API, is spoken to in a version it accepts."""
         if self._api is None:
+            import docker  # noqa: PLC0415 - only a node with a runtime on loads the SDK
+
             self._api = docker.APIClient(base_url=self.url, version="auto", timeout=self.timeout)
         return self._api
 

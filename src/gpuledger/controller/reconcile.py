@@ -6,6 +6,7 @@ the same ledger, so every case of DESIGN §3 is unit-tested with plain values.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,6 +40,11 @@ from gpuledger.model import (
 )
 
 CommandMode = Literal["full", "redacted", "none"]
+
+# A process's command line and name do not change while it lives, and a tick sees the same
+# tenants as the last: remembering these pure functions' answers halves the cost of a tick.
+_redacted = functools.lru_cache(maxsize=4096)(redact_argv)
+_short_name = functools.lru_cache(maxsize=4096)(short_name)
 
 NAMESPACE_LABEL = "com.hashicorp.nomad.namespace"
 JOB_LABEL = "com.hashicorp.nomad.job_name"
@@ -123,9 +129,15 @@ def _reservations(live: Mapping[str, Allocation]) -> dict[str, AllocRef]:
 
 
 def _ref(alloc: Allocation, task: str | None) -> AllocRef:
-    return AllocRef(
-        id=alloc.id, namespace=alloc.namespace, job=alloc.job, group=alloc.group, task=task
-    )
+    return _alloc_ref(alloc.id, alloc.namespace, alloc.job, alloc.group, task)
+
+
+@functools.lru_cache(maxsize=4096)
+def _alloc_ref(
+    alloc_id: str, namespace: str | None, job: str | None, group: str | None, task: str | None
+) -> AllocRef:
+    """One immutable value per allocation and task, made once rather than every tick."""
+    return AllocRef(id=alloc_id, namespace=namespace, job=job, group=group, task=task)
 
 
 def _ledger_gpu(
@@ -138,7 +150,7 @@ def _ledger_gpu(
     commands: CommandMode,
 ) -> LedgerGpu:
     mig = bool(gpu.mig_enabled)
-    found = (_tenant(gpu.uuid, p, mig, live, view, observed, commands) for p in procs)
+    found = (_tenant(reservation, p, mig, live, view, observed, commands) for p in procs)
     tenants = tuple(sorted((t for t in found if t is not None), key=lambda t: t.pid))
     return LedgerGpu(
         gpu=gpu,
@@ -164,7 +176,7 @@ def gpu_state(
 
 
 def _tenant(
-    uuid: str,
+    reservation: AllocRef | None,
     proc: GpuProcess,
     mig: bool,
     live: Mapping[str, Allocation],
@@ -177,7 +189,7 @@ def _tenant(
     claim = _claim(proc.pid, info, observed)
     if claim is None:
         return None
-    verdict, why, alloc, visible = _judge(uuid, claim, live, view)
+    verdict, why, alloc, visible = _judge(reservation, claim, live, view)
     if mig and verdict in (Verdict.OWN, Verdict.UNRESERVED):
         # Reservations name MIG instances while the driver names the parent GPU: until MIG
         # is supported a Nomad task there is never judged (no false unreserved-tenant).
@@ -185,8 +197,8 @@ def _tenant(
     process = proc.process_name or (info.argv[0] if info and info.argv else None)
     return Tenant(
         pid=proc.pid,
-        process=short_name(process) if process else None,
-        command=redact_argv(info.argv, commands) if info and info.argv else None,
+        process=_short_name(process) if process else None,
+        command=_redacted(info.argv, commands) if info and info.argv else None,
         used_memory_mib=proc.used_memory_mib,
         container=claim.container,
         alloc=alloc,
@@ -217,39 +229,60 @@ def _claim(pid: int, info: ProcessInfo | None, observed: Observed) -> _Claim | N
 def _container_claim(pid: int, owner: ProcessOwner, observed: Observed) -> _Claim | None:
     runtime: Literal["docker", "podman"] = "docker" if owner.kind is OwnerKind.DOCKER else "podman"
     cid = owner.container_id or ""
-    status = observed.sources.get(SourceName(runtime), SourceStatus.off())
-    if not status.readable:
+    status = observed.sources.get(SourceName(runtime))
+    if status is None or not status.readable:
         return _Claim(None, None, False, None, {}, undecided=runtime)
     container = observed.containers.get(cid)
     if container is None:
         if observed.unexplained.get(pid) == runtime:
             return _Claim(None, None, False, None, {}, undecided=f"{runtime}-unknown")
         return None  # gone between the GPU read and the inspect, and its process with it
-    ref = ContainerRef(
-        id=container.id, name=container.name, runtime=container.runtime, labels=container.labels
-    )
-    alloc_id, task, from_name = alloc_of(container)
-    return _Claim(alloc_id, task, from_name, ref, container.labels)
+    return _container_facts(container)
+
+
+_CONTAINER_FACTS: dict[tuple[str, str, str], _Claim] = {}
+
+
+def _container_facts(container: Container) -> _Claim:
+    """The claim a container makes, remembered: its name and labels are fixed at creation."""
+    key = (container.id, container.name, container.runtime)
+    claim = _CONTAINER_FACTS.get(key)
+    if claim is None:
+        if len(_CONTAINER_FACTS) >= 4096:
+            _CONTAINER_FACTS.clear()
+        ref = ContainerRef(
+            id=container.id,
+            name=container.name,
+            runtime=container.runtime,
+            labels=container.labels,
+        )
+        alloc_id, task, from_name = alloc_of(container)
+        claim = _CONTAINER_FACTS[key] = _Claim(alloc_id, task, from_name, ref, container.labels)
+    return claim
 
 
 def _judge(
-    uuid: str, claim: _Claim, live: Mapping[str, Allocation], view: NomadView | None
+    reservation: AllocRef | None,
+    claim: _Claim,
+    live: Mapping[str, Allocation],
+    view: NomadView | None,
 ) -> tuple[Verdict, str, AllocRef | None, bool]:
     """The verdict on one tenant, the reason when undecided, its allocation and visibility."""
     if claim.undecided:
         return Verdict.UNDECIDED, claim.undecided, None, False
     if claim.alloc_id is None:
         return Verdict.UNMANAGED, "", None, False
-    labelled = _labelled_ref(claim)
     if view is None:
         # Nomad unread: a container named like a task may or may not be one, and no task is
         # judged on reservations.
-        ref = None if claim.from_name else labelled
+        ref = None if claim.from_name else _labelled_ref(claim)
         return Verdict.UNDECIDED, "nomad", ref, False
     alloc = live.get(claim.alloc_id) or _terminal(view, claim.alloc_id)
     if alloc is not None:
         ref = _ref(alloc, claim.task)
-        return _own_or_not(uuid, alloc), "", ref, True
+        own = not alloc.terminal and reservation is not None and reservation.id == alloc.id
+        return (Verdict.OWN if own else Verdict.UNRESERVED), "", ref, True
+    labelled = _labelled_ref(claim)
     lookup = view.lookups.get(claim.alloc_id, AllocLookupResult(AllocLookup.FAILED))
     if claim.from_name:
         # A name that looks like a task is trusted only when Nomad returns that allocation.
@@ -284,13 +317,6 @@ def _untrusted_name(
 def _terminal(view: NomadView, alloc_id: str) -> Allocation | None:
     """A terminal allocation still listed for this node: its task outlived it."""
     return next((a for a in view.allocations if a.id == alloc_id), None)
-
-
-def _own_or_not(uuid: str, alloc: Allocation) -> Verdict:
-    if alloc.terminal:
-        return Verdict.UNRESERVED
-    reserved = {u for uuids in alloc.gpus_by_task.values() for u in uuids}
-    return Verdict.OWN if uuid in reserved else Verdict.UNRESERVED
 
 
 def _labelled_ref(claim: _Claim) -> AllocRef | None:

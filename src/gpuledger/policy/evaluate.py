@@ -67,7 +67,9 @@ def evaluate(ledger: Ledger, policy: Policy, since: Since, now: datetime) -> tup
     found = [*judge.sources()]
     for lgpu in ledger.gpus:
         found.extend(judge.gpu(lgpu))
-    unique = {f.key: f for f in found}
+    unique: dict[tuple[str, str | None, str], Finding] = {}
+    for f in found:
+        unique.setdefault(f.key, f)
     return tuple(
         sorted(unique.values(), key=lambda f: (-f.level, f.gpu or "", f.code.value, f.owner))
     )
@@ -158,7 +160,14 @@ class _Judge:
                 yield found
 
     def gpu(self, lgpu: LedgerGpu) -> Iterator[Finding]:
+        judged: set[tuple[Verdict, str, str]] = set()
         for tenant in lgpu.tenants:
+            # Processes of one task (or container, or source) are one finding: the first,
+            # lowest PID speaks for them, and the others cost nothing.
+            mark = (tenant.verdict, tenant.why, _owner(tenant))
+            if mark in judged:
+                continue
+            judged.add(mark)
             found = self.tenant(lgpu, tenant)
             if found:
                 yield found

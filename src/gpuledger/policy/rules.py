@@ -77,11 +77,24 @@ class Policy:
     exit_on: Level = Level.BAD
     overrides: tuple[Override, ...] = ()
     source: str = "<built-in>"
+    _resolved: dict[tuple[Code, str, str | None, str | None], Rule] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """The rules already worked out: a tick asks for the same few scopes again and again."""
 
     def rule(
         self, code: Code, node: str, namespace: str | None = None, job: str | None = None
     ) -> Rule:
         """The rule for ``code`` where a finding is about ``node``, ``namespace`` and ``job``."""
+        key = (code, node, namespace, job)
+        rule = self._resolved.get(key)
+        if rule is None:
+            if len(self._resolved) >= 4096:
+                self._resolved.clear()
+            rule = self._resolved[key] = self._resolve(code, node, namespace, job)
+        return rule
+
+    def _resolve(self, code: Code, node: str, namespace: str | None, job: str | None) -> Rule:
         rule = self.rules[code]
         ordered = sorted(enumerate(self.overrides), key=lambda p: (p[1].match.specificity, p[0]))
         for _, override in ordered:
