@@ -253,6 +253,7 @@ def test_table_shows_states_and_findings(world: World) -> None:
         (["ls", "extra"], "gpuledger ls: error: unrecognized arguments: extra"),
         (["policy", "check", "a.yaml", "b.yaml"], "gpuledger policy check: error: unrecognized"),
         (["policy", "check", "/nonexistent/p.yaml"], "/nonexistent/p.yaml: no such file"),
+        (["ls", "--docker", "bogus"], "--docker: container runtime URL 'bogus' has no scheme"),
         (["ls", "--policy", "/nonexistent/policy.yaml"], "/nonexistent/policy.yaml"),
         (["ls", "--proc-root", "/nonexistent"], "--proc-root /nonexistent"),
         (["ls", "--gpu-backend", "cuda"], "invalid choice: 'cuda'"),
@@ -437,3 +438,17 @@ def test_policy_exempts_a_container_by_its_label(world: World, tmp_path: Path) -
     ]
     assert pids == [60133]  # the labelled transcoder is exempt, the host notebook is not
     assert code == 1
+
+
+def test_node_is_named_as_nomad_names_it(world: World) -> None:
+    args = world.cli_args()
+    doc = ls_json(world)
+    assert doc["node"]["name"] == "demo-gpu-node"  # Nomad's Name of the node
+    world.nomad.fault("down")
+    code, text = run("ls", "--json", *args, "--node-name", "gpu-17")
+    down = json.loads(text)
+    assert down["node"] == {
+        "name": "gpu-17",
+        "nomadNodeId": world.node_id,
+        "version": doc["node"]["version"],
+    }

@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import json
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
@@ -20,11 +19,11 @@ from typing import TextIO
 
 from gpuledger import __version__
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
-from gpuledger.collectors.runtimes import default_socket
+from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.controller.history import rejudge
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
-from gpuledger.errors import PolicyError, UsageError
+from gpuledger.errors import ConfigError, PolicyError, UsageError
 from gpuledger.model import Ledger, Level, findings_doc, ledger_doc
 from gpuledger.policy.load import (
     default_policy,
@@ -156,9 +155,10 @@ def _source_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--node-name",
-        default=socket.gethostname(),
+        default="",
         metavar="NAME",
-        help="the node's name in the output (default: the host name)",
+        help="the node's name in the output and in policy matches (default: Nomad's name "
+        "for the node, else the host name)",
     )
 
 
@@ -243,7 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _url(value: str | None, runtime: str) -> str | None:
     if value is None:
         return default_socket("docker" if runtime == "docker" else "podman")
-    return None if value == "off" else value
+    if value == "off":
+        return None
+    try:
+        return check_url(value)
+    except ConfigError as exc:
+        raise ConfigError(f"--{runtime}: {exc}") from None
 
 
 def _nomad_settings(args: argparse.Namespace) -> NomadSettings | None:

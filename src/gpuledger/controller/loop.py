@@ -23,6 +23,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from tenacity.stop import stop_base
 
 from gpuledger.controller import history as hist
+from gpuledger.controller.node import identify
 from gpuledger.controller.reconcile import CommandMode, Desired, Observed, reconcile
 from gpuledger.controller.sources import Guard
 from gpuledger.errors import PolicyError, SourceError
@@ -216,9 +217,9 @@ class Controller:
         self._last_start = started
         at = self.clock.now()
         desired, observed = self.sources.read(self._guard(started))
-        node = self.node
-        if desired.view is not None:
-            node = replace(node, nomad_node_id=desired.view.node_id)
+        node = identify(self.node, desired)
+        if desired.view is not None and not self.node.name:
+            self.node = replace(self.node, name=node.name)  # keep Nomad's name through outages
         ledger = reconcile(desired, observed, node, at, self.commands)
         judged = hist.judge_with(
             ledger, self.policy, self.history, at, self.interval, self._policy_findings(node)

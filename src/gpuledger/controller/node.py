@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 from datetime import datetime
 
-from gpuledger.controller.reconcile import CommandMode, reconcile
+from gpuledger.controller.reconcile import CommandMode, Desired, reconcile
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.model import Ledger, NodeInfo, Since
 from gpuledger.policy.evaluate import evaluate
 from gpuledger.policy.rules import Policy
+
+
+def configured_node(name: str, config: SourceConfig, version: str) -> NodeInfo:
+    """The node as the flags name it (an empty name: not given)."""
+    node_id = config.nomad.node_id if config.nomad is not None else None
+    return NodeInfo(name=name, nomad_node_id=node_id, version=version)
+
+
+def identify(node: NodeInfo, desired: Desired) -> NodeInfo:
+    """The node as the ledger names it: the Nomad id Nomad gave (else the configured one), and
+    a name — the one the user gave, else Nomad's name for the node, else the host name."""
+    view = desired.view
+    node_id = view.node_id if view is not None else node.nomad_node_id
+    nomad_name = view.node_name if view is not None else None
+    return replace(
+        node, nomad_node_id=node_id, name=node.name or nomad_name or socket.gethostname()
+    )
 
 
 def judge(
@@ -22,10 +40,7 @@ def judge(
 ) -> Ledger:
     """Read every source once, join, and judge: the ledger with its findings."""
     desired, observed = sources.read()
-    if desired.view is not None:
-        node = replace(node, nomad_node_id=desired.view.node_id)
-    elif sources.config.nomad is not None and sources.config.nomad.node_id:
-        node = replace(node, nomad_node_id=sources.config.nomad.node_id)
+    node = identify(node, desired)
     ledger = reconcile(desired, observed, node, at, commands)
     findings = evaluate(ledger, policy, since or Since(), at)
     return replace(ledger, findings=findings)
@@ -40,5 +55,5 @@ def one_shot(
     commands: CommandMode = "redacted",
 ) -> Ledger:
     """The ledger of ``ls`` and ``check``: one read, no history."""
-    node = NodeInfo(name=node_name, nomad_node_id=None, version=version)
+    node = configured_node(node_name, config, version)
     return judge(Sources(config), policy, node, at, commands=commands)

@@ -24,9 +24,9 @@ from waitress.task import ErrorTask
 
 from gpuledger import __version__
 from gpuledger.controller.loop import Controller, attempt_timeout
+from gpuledger.controller.node import configured_node
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.errors import ConfigError
-from gpuledger.model import NodeInfo
 from gpuledger.policy.rules import Policy
 from gpuledger.web.app import SECURITY_HEADERS, App
 
@@ -43,7 +43,7 @@ def serve(args: argparse.Namespace, config: SourceConfig, policy: Policy, out: T
     controller = Controller(
         _sources(config, timeout),
         policy,
-        NodeInfo(name=args.node_name, nomad_node_id=None, version=__version__),
+        configured_node(args.node_name, config, __version__),
         args.interval,
         policy_path=args.policy,
         history_path=args.history,
