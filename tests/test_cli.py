@@ -447,6 +447,7 @@ def test_node_is_named_as_nomad_names_it(world: World) -> None:
     world.nomad.fault("down")
     code, text = run("ls", "--json", *args, "--node-name", "gpu-17")
     down = json.loads(text)
+    assert code == 0
     assert down["node"] == {
         "name": "gpu-17",
         "nomadNodeId": world.node_id,

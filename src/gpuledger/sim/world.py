@@ -107,9 +107,7 @@ class World:
             "legacy_fields": s.get("legacy_fields", False),
             "fault": s.get("nvidia_fault"),
             "gpus": s.get("gpus", []),
-            "processes": [
-                {k: p[k] for k in _NVIDIA_KEYS if k in p} for p in processes
-            ],
+            "processes": [{k: p[k] for k in _NVIDIA_KEYS if k in p} for p in processes],
         }
         # a new world: the process queries' count (listed_calls) starts again
         (self.directory / ".compute-apps-calls").unlink(missing_ok=True)
