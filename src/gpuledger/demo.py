@@ -27,7 +27,7 @@ from gpuledger import __version__
 from gpuledger.collectors.nomad import NomadSettings
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
-from gpuledger.model import findings_doc, ledger_doc
+from gpuledger.model import Ledger, findings_doc, ledger_doc
 from gpuledger.policy.load import parse_policy
 from gpuledger.sim.world import Scenario, World, load_scenario
 
@@ -93,14 +93,19 @@ def run_demo(
             world.stop()
 
 
-def _print_once(world: World, out: TextIO) -> int:
-    ledger = one_shot(
+def _read_once(world: World) -> Ledger:
+    """One read of the world, judged by the one-shot demo policy."""
+    return one_shot(
         world_config(world),
         parse_policy(demo_policy_text(), "demo-policy.yaml"),
         node_name=str(world.scenario["node"]["name"]),
         at=datetime.now(timezone.utc).replace(microsecond=0),
         version=__version__,
     )
+
+
+def _print_once(world: World, out: TextIO) -> int:
+    ledger = _read_once(world)
     json.dump({"ledger": ledger_doc(ledger), "findings": findings_doc(ledger)}, out, indent=2)
     out.write("\n")
     return 0
@@ -179,13 +184,7 @@ def _show_once(world: World, out: TextIO) -> None:
     """What ``gpuledger ls`` and ``gpuledger check`` print for the node, once, to start with."""
     from gpuledger.table import render_findings, render_ledger  # noqa: PLC0415
 
-    ledger = one_shot(
-        world_config(world),
-        parse_policy(demo_policy_text(), "demo-policy.yaml"),
-        node_name=str(world.scenario["node"]["name"]),
-        at=datetime.now(timezone.utc).replace(microsecond=0),
-        version=__version__,
-    )
+    ledger = _read_once(world)
     out.write("$ gpuledger ls\n" + render_ledger(ledger))
     out.write("\n$ gpuledger check\n" + render_findings(ledger) + "\n")
     out.flush()

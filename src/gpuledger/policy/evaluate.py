@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 from gpuledger.errors import PolicyError
@@ -265,45 +265,54 @@ class _Judge:
         res = lgpu.reservation
         if lgpu.state is not GpuState.RESERVED_IDLE or res is None:
             return None
-        rule = self.rule(Code.RESERVED_IDLE, res.namespace, res.job)
         state = self.since.gpu_state.get(lgpu.gpu.uuid)
         began = state[1] if state and state[0] is GpuState.RESERVED_IDLE else None
-        lasted = self.now - began if began else None
-        if not _over(lasted, rule.after):
-            return None
-        how_long = (
-            f"for {_human(lasted)}" if lasted is not None else "for an unknown time (no --history)"
-        )
-        what = (
-            f"GPU {lgpu.gpu.index} is reserved by allocation {res.id} "
-            f"(job {res.job}, task {res.task}, namespace {res.namespace}) and no process of "
-            f"it has run there {how_long}"
-        )
-        return self.finding(
-            Code.RESERVED_IDLE, rule, lgpu.gpu.uuid, _res_owner(lgpu), what, _res_subject(lgpu)
+        return self.idle(
+            lgpu,
+            Code.RESERVED_IDLE,
+            began,
+            lambda rule: (
+                f"is reserved by allocation {res.id} (job {res.job}, task {res.task}, "
+                f"namespace {res.namespace}) and no process of it has run there"
+            ),
         )
 
     def held_idle(self, lgpu: LedgerGpu) -> Finding | None:
         res, util = lgpu.reservation, lgpu.gpu.utilization_percent
         if lgpu.state is not GpuState.HELD or res is None or util is None:
             return None
-        rule = self.rule(Code.HELD_IDLE, res.namespace, res.job)
-        if util >= rule.below_percent:
+        if util >= self.rule(Code.HELD_IDLE, res.namespace, res.job).below_percent:
             return None
-        began = self.since.held_idle.get(lgpu.gpu.uuid)
+        return self.idle(
+            lgpu,
+            Code.HELD_IDLE,
+            self.since.held_idle.get(lgpu.gpu.uuid),
+            lambda rule: (
+                f"is held by job {res.job} (task {res.task}, namespace "
+                f"{res.namespace}) below {rule.below_percent:g}% utilisation"
+            ),
+        )
+
+    def idle(
+        self,
+        lgpu: LedgerGpu,
+        code: Code,
+        began: datetime | None,
+        what: Callable[[Rule], str],
+    ) -> Finding | None:
+        """An idle finding once it has lasted longer than the rule's ``after``."""
+        res = lgpu.reservation
+        assert res is not None  # noqa: S101 - callers check
+        rule = self.rule(code, res.namespace, res.job)
         lasted = self.now - began if began else None
         if not _over(lasted, rule.after):
             return None
         how_long = (
             f"for {_human(lasted)}" if lasted is not None else "for an unknown time (no --history)"
         )
-        what = (
-            f"GPU {lgpu.gpu.index} is held by job {res.job} (task "
-            f"{res.task}, namespace {res.namespace}) below {rule.below_percent:g}% "
-            f"utilisation {how_long}"
-        )
+        message = f"GPU {lgpu.gpu.index} {what(rule)} {how_long}"
         return self.finding(
-            Code.HELD_IDLE, rule, lgpu.gpu.uuid, _res_owner(lgpu), what, _res_subject(lgpu)
+            code, rule, lgpu.gpu.uuid, _res_owner(lgpu), message, _res_subject(lgpu)
         )
 
     def hot(self, lgpu: LedgerGpu) -> Finding | None:
