@@ -230,16 +230,27 @@ def _claim(pid: int, info: ProcessInfo | None, observed: Observed) -> _Claim | N
         return None  # exited between the GPU read and /proc: it no longer holds the GPU
     owner = info.owner
     if owner.kind is OwnerKind.NOMAD_TASK:
-        return _Claim(owner.alloc_id, owner.task, False, None, {})
+        return _task_claim(owner.alloc_id, owner.task)
     if owner.kind in (OwnerKind.DOCKER, OwnerKind.PODMAN):
         return _container_claim(pid, owner, observed)
-    return _Claim(None, None, False, None, {})
+    return _NOBODY
+
+
+_NOBODY = _Claim(None, None, False, None, {})
+"""A host process's claim, or another runtime's container's: no allocation."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _task_claim(alloc_id: str | None, task: str | None) -> _Claim:
+    """An exec task's claim: its allocation and task, from its cgroup path."""
+    return _Claim(alloc_id, task, False, None, {})
 
 
 def _container_claim(pid: int, owner: ProcessOwner, observed: Observed) -> _Claim | None:
-    runtime: Literal["docker", "podman"] = "docker" if owner.kind is OwnerKind.DOCKER else "podman"
+    docker = owner.kind is OwnerKind.DOCKER
+    runtime: Literal["docker", "podman"] = "docker" if docker else "podman"
     cid = owner.container_id or ""
-    status = observed.sources.get(SourceName(runtime))
+    status = observed.sources.get(SourceName.DOCKER if docker else SourceName.PODMAN)
     if status is None or not status.readable:
         return _Claim(None, None, False, None, {}, undecided=runtime)
     container = observed.containers.get(cid)
