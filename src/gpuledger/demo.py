@@ -203,9 +203,9 @@ def _relay(log: TextIO, out: TextIO) -> None:
             continue
         name = event.get("event", "")
         if name in _RELAYED:
+            what = event.get("message") or f"on {event.get('gpu') or 'the node'}"
             out.write(
-                f"  {_RELAYED[name]} {event.get('level', ''):<5} {event.get('code', '')}: "
-                f"{event.get('message', '')}\n"
+                f"  {_RELAYED[name]} {event.get('level', ''):<5} {event.get('code', '')}: {what}\n"
             )
         elif name in ("source.read_failed", "policy.reload_failed", "reconcile.crashed"):
             out.write(f"  {name}: {event.get('error') or event.get('message') or ''}\n")
