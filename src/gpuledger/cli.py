@@ -293,7 +293,9 @@ def _policy(args: argparse.Namespace) -> Policy:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    # Not rounded: a one-shot read just after serve's last tick must not seem to come before
+    # it, which the history takes for a clock gone back (every since-when restarts).
+    return datetime.now(timezone.utc)
 
 
 def _ledger(args: argparse.Namespace) -> tuple[Ledger, Policy]:
