@@ -346,20 +346,19 @@ def test_rejudge_reads_the_file_with_its_own_interval(tmp_path: Path) -> None:
         ).history
     hist.save(path, history)
     later = replace(idle, at=T0 + timedelta(hours=7))
-    found = hist.rejudge(later, policy, path).findings
+    found = hist.rejudge(later, policy, hist.read_history(path)).findings
     assert [(f.code, f.since) for f in found] == [(Code.RESERVED_IDLE, later.at)]
     assert "for 7h" in found[0].message
-    assert hist.rejudge(later, policy, path).gpus[0].state_since == T0
+    assert hist.rejudge(later, policy, hist.read_history(path)).gpus[0].state_since == T0
     # The file is only read.
     assert hist.load(path) == history
 
 
-def test_rejudge_names_the_flag_for_a_missing_or_corrupt_file(tmp_path: Path) -> None:
-    lg = ledger(gpu(A, GpuState.FREE))
+def test_read_history_names_the_flag_for_a_missing_or_corrupt_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--history .*missing.json: cannot read it"):
-        hist.rejudge(lg, default_policy(), tmp_path / "missing.json")
+        hist.read_history(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     with pytest.raises(ConfigError, match="not a gpuledger history"):
-        hist.rejudge(lg, default_policy(), bad)
+        hist.read_history(bad)
     assert bad.exists()

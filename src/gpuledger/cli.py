@@ -20,7 +20,7 @@ from typing import TextIO
 from gpuledger import __version__
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
-from gpuledger.controller.history import rejudge
+from gpuledger.controller.history import read_history
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import ConfigError, PolicyError, UsageError
@@ -299,7 +299,9 @@ def _now() -> datetime:
 
 
 def _ledger(args: argparse.Namespace) -> tuple[Ledger, Policy]:
+    # Every input the user named is checked before any source is read.
     policy = _policy(args)
+    history = read_history(args.history) if args.history is not None else None
     ledger = one_shot(
         source_config(args),
         policy,
@@ -307,9 +309,8 @@ def _ledger(args: argparse.Namespace) -> tuple[Ledger, Policy]:
         at=_now(),
         version=__version__,
         commands=args.commands,
+        history=history,
     )
-    if args.history is not None:
-        ledger = rejudge(ledger, policy, args.history)
     return ledger, policy
 
 

@@ -179,13 +179,11 @@ def judge_with(
     )
 
 
-def rejudge(ledger: Ledger, policy: Policy, path: Path) -> Ledger:
-    """``ls``/``check --history FILE``: the one-shot ledger judged with serve's history.
-
-    The file is only read. A file that cannot be read or is not a history is a usage error.
-    """
+def read_history(path: Path) -> History:
+    """The history file named by ``--history``, only read; one that cannot be read or is not
+    a history is a usage error."""
     try:
-        history = load(path)
+        return load(path)
     except OSError as exc:
         raise ConfigError(f"--history {path}: cannot read it: {exc.strerror or exc}") from None
     except HistoryCorruptError as exc:
@@ -193,6 +191,10 @@ def rejudge(ledger: Ledger, policy: Policy, path: Path) -> Ledger:
             f"--history {path}: not a gpuledger history ({exc}); gpuledger serve sets such a "
             "file aside as FILE.corrupt when it starts"
         ) from None
+
+
+def rejudge(ledger: Ledger, policy: Policy, history: History) -> Ledger:
+    """``ls``/``check --history FILE``: a one-shot ledger judged with serve's history."""
     return judge_with(ledger, policy, history, ledger.at, history.interval).ledger
 
 

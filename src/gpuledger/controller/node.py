@@ -6,6 +6,7 @@ import socket
 from dataclasses import replace
 from datetime import datetime
 
+from gpuledger.controller.history import History, rejudge
 from gpuledger.controller.reconcile import CommandMode, Desired, reconcile
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.model import Ledger, NodeInfo, Since
@@ -30,22 +31,6 @@ def identify(node: NodeInfo, desired: Desired) -> NodeInfo:
     )
 
 
-def judge(
-    sources: Sources,
-    policy: Policy,
-    node: NodeInfo,
-    at: datetime,
-    since: Since | None = None,
-    commands: CommandMode = "redacted",
-) -> Ledger:
-    """Read every source once, join, and judge: the ledger with its findings."""
-    desired, observed = sources.read()
-    node = identify(node, desired)
-    ledger = reconcile(desired, observed, node, at, commands)
-    findings = evaluate(ledger, policy, since or Since(), at)
-    return replace(ledger, findings=findings)
-
-
 def one_shot(
     config: SourceConfig,
     policy: Policy,
@@ -53,7 +38,13 @@ def one_shot(
     at: datetime,
     version: str,
     commands: CommandMode = "redacted",
+    history: History | None = None,
 ) -> Ledger:
-    """The ledger of ``ls`` and ``check``: one read, no history."""
-    node = configured_node(node_name, config, version)
-    return judge(Sources(config), policy, node, at, commands=commands)
+    """The ledger of ``ls`` and ``check``: one read of every source, joined and judged once —
+    with serve's ``history`` (only read) when given, so idle findings know for how long."""
+    desired, observed = Sources(config).read()
+    node = identify(configured_node(node_name, config, version), desired)
+    ledger = reconcile(desired, observed, node, at, commands)
+    if history is not None:
+        return rejudge(ledger, policy, history)
+    return replace(ledger, findings=evaluate(ledger, policy, Since(), at))
