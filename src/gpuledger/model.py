@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, overload
 
 SCHEMA = 1
 """The version of the JSON contract. Bumped only by removing or renaming a key or changing its
@@ -386,7 +386,12 @@ class Since:
 # --------------------------------------------------------------------------- the JSON contract
 
 
-def _iso(at: datetime | None) -> str | None:
+@overload
+def iso_time(at: datetime) -> str: ...
+@overload
+def iso_time(at: None) -> None: ...
+def iso_time(at: datetime | None) -> str | None:
+    """An instant as every document writes it: ISO 8601, UTC as ``Z``; ``None`` stays ``None``."""
     return at.isoformat().replace("+00:00", "Z") if at else None
 
 
@@ -434,7 +439,7 @@ def _gpu_doc(lg: LedgerGpu) -> dict[str, object]:
         "uuid": g.uuid,
         "name": g.name,
         "state": lg.state.value,
-        "stateSince": _iso(lg.state_since),
+        "stateSince": iso_time(lg.state_since),
         "utilizationPercent": g.utilization_percent,
         "memoryUsedMiB": g.memory_used_mib,
         "memoryTotalMiB": g.memory_total_mib,
@@ -456,7 +461,7 @@ def finding_doc(f: Finding) -> dict[str, object]:
         "node": f.node,
         "message": f.message,
         "subject": dict(f.subject),
-        "since": _iso(f.since),
+        "since": iso_time(f.since),
     }
 
 
@@ -470,7 +475,7 @@ def ledger_doc(ledger: Ledger) -> dict[str, object]:
     return {
         "schema": SCHEMA,
         "node": node_doc(ledger.node),
-        "at": _iso(ledger.at),
+        "at": iso_time(ledger.at),
         "sources": {
             name.value: {"ok": s.ok, "error": s.error, "enabled": s.enabled}
             for name, s in ledger.sources.items()

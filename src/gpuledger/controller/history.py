@@ -32,6 +32,7 @@ from gpuledger.model import (
     Ledger,
     LedgerGpu,
     Since,
+    iso_time,
 )
 from gpuledger.policy.evaluate import evaluate
 from gpuledger.policy.rules import Policy
@@ -201,28 +202,24 @@ def rejudge(ledger: Ledger, policy: Policy, history: History) -> Ledger:
 # --------------------------------------------------------------------------- the file
 
 
-def _iso(at: datetime) -> str:
-    return at.isoformat().replace("+00:00", "Z")
-
-
 def history_doc(history: History) -> dict[str, object]:
     """The history as the JSON of its file (``"schema": 1``)."""
     return {
         "schema": SCHEMA,
-        "at": _iso(history.at) if history.at else None,
+        "at": iso_time(history.at),
         "intervalSeconds": history.interval.total_seconds(),
         "gpus": [
             {
                 "uuid": uuid,
                 "state": m.state.value,
-                "since": _iso(m.since),
+                "since": iso_time(m.since),
                 "alloc": m.alloc,
-                "heldIdleSince": _iso(m.held_idle_since) if m.held_idle_since else None,
+                "heldIdleSince": iso_time(m.held_idle_since),
             }
             for uuid, m in sorted(history.gpus.items())
         ],
         "findings": [
-            {"code": code, "gpu": gpu, "owner": owner, "since": _iso(since)}
+            {"code": code, "gpu": gpu, "owner": owner, "since": iso_time(since)}
             for (code, gpu, owner), since in history.findings.items()
         ],
         "gpuStateSeconds": [
