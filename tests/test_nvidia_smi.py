@@ -19,6 +19,7 @@ from gpuledger.collectors.nvidia import (
 )
 from gpuledger.errors import SourceError
 from gpuledger.model import Gpu, GpuProcess
+from nvidia_states import UUID_A, UUID_B, gpu, world
 
 if TYPE_CHECKING:  # `from conftest import` would find integration/conftest.py too
     from conftest import NvidiaWorld
@@ -27,36 +28,6 @@ if TYPE_CHECKING:  # `from conftest import` would find integration/conftest.py t
 NVIDIA = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nvidia"
 CAPTURES = NVIDIA / "captures-nvidia_gpu_exporter"
 MASKED = "GPU-00000000-0000-0000-0000-000000000000"
-UUID_A = "GPU-a44622e3-2296-6285-0a86-84d0f6c67900"
-UUID_B = "GPU-4f31bb83-f8dc-d0af-029e-bc4356e6afeb"
-
-
-def h200(**changes: Any) -> dict[str, Any]:
-    """One H200 as the synthetic world describes it."""
-    gpu = {
-        "index": 0,
-        "uuid": UUID_A,
-        "name": "NVIDIA H200",
-        "utilization": 87,
-        "memory_used": 40000,
-        "memory_total": 143771,
-        "temperature": 54,
-        "tlimit": 30,
-        "hw_thermal_slowdown": False,
-        "sw_thermal_slowdown": False,
-        "encoder_sessions": 0,
-        "mig": False,
-        "pci_bus_id": "00000000:83:00.0",
-    }
-    return gpu | changes
-
-
-def world(
-    *gpus: dict[str, Any], processes: list[dict[str, Any]] | None = None, **more: Any
-) -> dict[str, Any]:
-    """A synthetic machine with a recent driver."""
-    state = {"driver_version": "590.48.01", "legacy_fields": False, "fault": None}
-    return state | {"gpus": list(gpus), "processes": processes or []} | more
 
 
 def read(nvidia_world: NvidiaWorld, state: dict[str, Any], timeout: float = 10.0) -> Any:
@@ -69,7 +40,7 @@ def read(nvidia_world: NvidiaWorld, state: dict[str, Any], timeout: float = 10.0
 
 def test_reads_every_fact_of_a_gpu_and_its_processes(nvidia_world: NvidiaWorld) -> None:
     procs = [{"gpu": UUID_A, "pid": 4242, "name": "python3", "used_memory": 1000}]
-    reading = read(nvidia_world, world(h200(), processes=procs))
+    reading = read(nvidia_world, world(gpu(), processes=procs))
     assert reading.backend == "nvidia-smi"
     assert reading.gpus == (
         Gpu(
@@ -91,7 +62,7 @@ def test_reads_every_fact_of_a_gpu_and_its_processes(nvidia_world: NvidiaWorld) 
 
 
 def test_not_reported_is_none_never_zero(nvidia_world: NvidiaWorld) -> None:
-    gpu = h200(
+    blank = gpu(
         utilization=None,
         memory_used=None,
         temperature=None,
@@ -102,7 +73,7 @@ def test_not_reported_is_none_never_zero(nvidia_world: NvidiaWorld) -> None:
         mig=None,
     )
     procs = [{"gpu": UUID_A, "pid": 1758887, "name": None, "used_memory": None}]
-    reading = read(nvidia_world, world(gpu, processes=procs))
+    reading = read(nvidia_world, world(blank, processes=procs))
     (got,) = reading.gpus
     assert got.utilization_percent is None
     assert got.memory_used_mib is None
@@ -129,12 +100,12 @@ def test_not_reported_is_none_never_zero(nvidia_world: NvidiaWorld) -> None:
 def test_thermal_slowdown(
     nvidia_world: NvidiaWorld, hw: bool | None, sw: bool | None, expected: bool | None
 ) -> None:
-    state = world(h200(hw_thermal_slowdown=hw, sw_thermal_slowdown=sw))
+    state = world(gpu(hw_thermal_slowdown=hw, sw_thermal_slowdown=sw))
     assert read(nvidia_world, state).gpus[0].thermal_slowdown is expected
 
 
 def test_mig_gpu_has_no_utilisation(nvidia_world: NvidiaWorld) -> None:
-    (got,) = read(nvidia_world, world(h200(mig=True))).gpus
+    (got,) = read(nvidia_world, world(gpu(mig=True))).gpus
     assert got.mig_enabled is True
     assert got.utilization_percent is None
 
@@ -145,7 +116,7 @@ def test_process_names_with_commas_and_vanished_pids(nvidia_world: NvidiaWorld) 
         {"gpu": UUID_A, "pid": 8, "name": "gone", "used_memory": 5, "vanishes": True},
         {"gpu": UUID_A, "pid": 9, "name": "VLLM::EngineCore", "used_memory": 6265},
     ]
-    gpus = (h200(), h200(index=1, uuid=UUID_B, pci_bus_id="00000000:84:00.0"))
+    gpus = (gpu(), gpu(index=1, uuid=UUID_B, pci_bus_id="00000000:84:00.0"))
     reading = read(nvidia_world, world(*gpus, processes=procs))
     assert [g.uuid for g in reading.gpus] == [UUID_A, UUID_B]
     # GPU order, as the driver lists them; the exited PID 8 is not there.
@@ -162,7 +133,7 @@ def calls(log: Path) -> list[list[str]]:
 def test_legacy_driver_fields_are_learnt_once(nvidia_world: NvidiaWorld, tmp_path: Path) -> None:
     log = tmp_path / "calls.log"
     state = world(
-        h200(memory_reserved=614, hw_thermal_slowdown=True),
+        gpu(memory_reserved=614, hw_thermal_slowdown=True),
         driver_version="465.27",
         legacy_fields=True,
         call_log=str(log),
@@ -192,7 +163,7 @@ def test_legacy_driver_fields_are_learnt_once(nvidia_world: NvidiaWorld, tmp_pat
 
 def test_new_driver_never_asks_the_old_names(nvidia_world: NvidiaWorld, tmp_path: Path) -> None:
     log = tmp_path / "calls.log"
-    nvidia_world.set(world(h200(), call_log=str(log)))
+    nvidia_world.set(world(gpu(), call_log=str(log)))
     smi = NvidiaSmi(nvidia_world.nvidia_smi)
     smi.read()
     smi.read()
@@ -217,7 +188,7 @@ def test_driver_failures_become_source_errors(
     nvidia_world: NvidiaWorld, fault: str, in_message: str, in_hint: str
 ) -> None:
     with pytest.raises(SourceError) as caught:
-        read(nvidia_world, world(h200(), fault=fault))
+        read(nvidia_world, world(gpu(), fault=fault))
     assert caught.value.source == "gpu"
     assert in_message in caught.value.message
     assert caught.value.hint is not None
@@ -243,7 +214,7 @@ def _alive(pid: int) -> bool:
 
 def test_hang_kills_the_whole_process_group(nvidia_world: NvidiaWorld, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    state = world(h200(), fault="hang", hang_seconds=60, pid_file=str(pids))
+    state = world(gpu(), fault="hang", hang_seconds=60, pid_file=str(pids))
     started = time.monotonic()
     with pytest.raises(SourceError) as caught:
         read(nvidia_world, state, timeout=1.0)
