@@ -305,34 +305,16 @@ def _judge(
         return (_OWN if own else _UNRESERVED), "", ref, True
     labelled = _labelled_ref(claim)
     lookup = view.lookups.get(claim.alloc_id, AllocLookupResult(AllocLookup.FAILED))
-    if claim.from_name:
-        # A name that looks like a task is trusted only when Nomad returns that allocation.
-        return _untrusted_name(claim, lookup)
     if lookup.status is AllocLookup.VISIBLE and lookup.allocation is not None:
         return _UNRESERVED, "", _ref(lookup.allocation, claim.task), True
-    if lookup.status is AllocLookup.GONE:
-        return _UNRESERVED, "", labelled, False
     if lookup.status is AllocLookup.FORBIDDEN:
         return _HIDDEN, "nomad-forbidden", labelled, False
-    return _UNDECIDED, "nomad-lookup", labelled, False
-
-
-def _untrusted_name(
-    claim: _Claim, lookup: AllocLookupResult
-) -> tuple[Verdict, str, AllocRef | None, bool]:
-    if lookup.status is AllocLookup.VISIBLE and lookup.allocation is not None:
-        return _UNRESERVED, "", _ref(lookup.allocation, claim.task), True
-    if lookup.status is AllocLookup.FORBIDDEN:
-        return (
-            _HIDDEN,
-            "nomad-forbidden",
-            AllocRef(claim.alloc_id or "", None, None, None, claim.task),
-            False,
-        )
+    # A name that looks like a task's is trusted only when Nomad returns that allocation.
     if lookup.status is AllocLookup.GONE:
-        # Nomad knows no such allocation: the name was a coincidence, not a Nomad task.
-        return _UNMANAGED, "", None, False
-    return _UNDECIDED, "nomad-lookup", None, False
+        if claim.from_name:
+            return _UNMANAGED, "", None, False  # no such allocation: the name was a coincidence
+        return _UNRESERVED, "", labelled, False  # its task outlived its allocation: an orphan
+    return _UNDECIDED, "nomad-lookup", None if claim.from_name else labelled, False
 
 
 def _terminal(view: NomadView, alloc_id: str) -> Allocation | None:
