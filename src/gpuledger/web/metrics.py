@@ -7,7 +7,7 @@ label is ``nomad_job``, never ``job`` (Prometheus owns that one).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client.core import (
@@ -21,7 +21,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpuledger import __version__
 from gpuledger.controller.loop import Snapshot
-from gpuledger.model import Code, GpuState, Level
+from gpuledger.model import Code, GpuState, LedgerGpu, Level
 
 MIB = 1024 * 1024
 STATES = tuple(GpuState)
@@ -101,7 +101,6 @@ def _gpu_families(snap: Snapshot) -> Iterator[Metric]:
             lambda g: g.encoder_sessions,
         ),
     }
-    tenants: dict[tuple[str, str, str, str, str], float] = {}
     for lg in gpus:
         uuid = lg.gpu.uuid
         info.add_metric([uuid], {"index": str(lg.gpu.index), "name": lg.gpu.name})
@@ -113,31 +112,37 @@ def _gpu_families(snap: Snapshot) -> Iterator[Metric]:
             value = read(lg.gpu)
             if value is not None:
                 family.add_metric([uuid], float(value))
+    yield info
+    yield state
+    yield since
+    for family, _ in readings.values():
+        yield family
+    yield _tenant_family(gpus)
+
+
+def _tenant_family(gpus: Iterable[LedgerGpu]) -> GaugeMetricFamily:
+    """GPU memory per tenant; tenants with the same labels (two host processes) are summed."""
+    tenants: dict[tuple[str, str, str, str, str], float] = {}
+    for lg in gpus:
         for t in lg.tenants:
             if t.used_memory_mib is None:
                 continue
-            # Tenants with the same labels (two host processes) are one series: their sum.
             key = (
-                uuid,
+                lg.gpu.uuid,
                 (t.alloc.namespace if t.alloc else None) or "",
                 (t.alloc.job if t.alloc else None) or "",
                 (t.alloc.task if t.alloc else None) or "",
                 t.container.id if t.container else "",
             )
             tenants[key] = tenants.get(key, 0.0) + t.used_memory_mib * MIB
-    tenant = _gauge(
+    family = _gauge(
         "gpuledger_tenant_gpu_memory_bytes",
         "GPU memory each tenant uses, by allocation or container.",
         ["uuid", "namespace", "nomad_job", "task", "container_id"],
     )
     for key, used in sorted(tenants.items()):
-        tenant.add_metric(list(key), used)
-    yield info
-    yield state
-    yield since
-    for family, _ in readings.values():
-        yield family
-    yield tenant
+        family.add_metric(list(key), used)
+    return family
 
 
 def _count_families(snap: Snapshot) -> Iterator[Metric]:
