@@ -270,17 +270,19 @@ def bench_spawn(repeat: int = 500) -> dict[str, float]:
 def child_memory(ticks: list[int], folder: Path) -> None:
     """The controller in this process: RSS after each count of ticks, as JSON on stdout."""
     node_like()
-    import gpuledger.cli  # noqa: F401, PLC0415 - what `gpuledger serve` imports
-    from gpuledger.controller.loop import Controller  # noqa: PLC0415
+    import gpuledger.cli  # noqa: PLC0415 - what `gpuledger serve` imports
+    import gpuledger.commands.serve  # noqa: F401, PLC0415
+    from gpuledger.commands.logs import configure_logging  # noqa: PLC0415
+    from gpuledger.controller.loop import NodeController  # noqa: PLC0415
     from gpuledger.model import NodeInfo  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415
     from gpuledger.web.app import App  # noqa: PLC0415
-    from gpuledger.web.serve import bind, configure_logging  # noqa: PLC0415
+    from gpuledger.web.server import bind  # noqa: PLC0415
 
     baseline = rss_kib()
     configure_logging(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as we do
     clock = FakeClock()
-    controller = Controller(
+    controller = NodeController(
         fake_node(),
         default_policy(),
         NodeInfo("bench", None, "t"),
@@ -308,14 +310,15 @@ def child_memory(ticks: list[int], folder: Path) -> None:
 def child_serve(port: int) -> None:
     """The controller on real time (a tick every second) served by waitress on ``port``."""
     node_like()
-    from gpuledger.controller.loop import Controller  # noqa: PLC0415
+    from gpuledger.commands.logs import configure_logging  # noqa: PLC0415
+    from gpuledger.controller.loop import NodeController  # noqa: PLC0415
     from gpuledger.model import NodeInfo  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415
     from gpuledger.web.app import App  # noqa: PLC0415
-    from gpuledger.web.serve import bind, configure_logging  # noqa: PLC0415
+    from gpuledger.web.server import bind  # noqa: PLC0415
 
     configure_logging(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as we do
-    controller = Controller(
+    controller = NodeController(
         fake_node(), default_policy(), NodeInfo("bench", None, "t"), timedelta(seconds=1)
     )
     server = bind(
@@ -407,14 +410,14 @@ def bench_latency(n: int = 1000) -> dict[str, list[float]]:
 
 def bench_render(repeat: int = 200) -> dict[str, float]:
     """CPU seconds to render /metrics and /ledger of a fresh 8 x 64 snapshot (no cache)."""
-    from dataclasses import replace  # noqa: PLC0415
 
-    from gpuledger.controller.loop import Controller  # noqa: PLC0415
-    from gpuledger.model import NodeInfo, ledger_doc  # noqa: PLC0415
+    from gpuledger.controller.loop import NodeController  # noqa: PLC0415
+    from gpuledger.model import NodeInfo  # noqa: PLC0415
+    from gpuledger.model.contract import ledger_doc  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415
-    from gpuledger.web.metrics import render  # noqa: PLC0415
+    from gpuledger.views.metrics import render  # noqa: PLC0415
 
-    c = Controller(
+    c = NodeController(
         fake_node(),
         default_policy(),
         NodeInfo("b", None, "t"),
@@ -424,7 +427,7 @@ def bench_render(repeat: int = 200) -> dict[str, float]:
     snap = c.tick()
     start = time.process_time()
     for _ in range(repeat):
-        render(replace(snap, rendered={}), "")
+        render(snap, "")
     metrics = (time.process_time() - start) / repeat
     start = time.process_time()
     for _ in range(repeat):
@@ -444,13 +447,13 @@ def row(*cells: str) -> None:
 
 def report() -> None:
     """Run every figure in this one process (and its children) and print the table."""
-    from gpuledger.web.serve import configure_logging  # noqa: PLC0415
+    from gpuledger.commands.logs import configure_logging  # noqa: PLC0415
 
     configure_logging(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as we do
     tick, spawn, render_cpu = bench_tick_cpu(), bench_spawn(), bench_render()
     memory, exporter, latency = bench_memory(), bench_node_exporter(), bench_latency()
     python, costs = imports_kib(), import_costs()
-    dev = imports_kib("import gpuledger.cli, gpuledger.web.serve")
+    dev = imports_kib("import gpuledger.cli, gpuledger.commands.serve")
     print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {exporter.get('binary')}\n")
     row("figure", "gpuledger", "baseline", "target", "result")
     row("---", "---", "---", "---", "---")

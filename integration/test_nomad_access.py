@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 
 from gpuledger.cli import main
-from gpuledger.sim.nomad_acl import AclAccess, JobAcl, parse_policy
 from gpuledger.sim.nomad_api import Access
 from gpuledger.sim.world import World
+from nomad_acl import AclAccess, JobAcl, parse_policy
 from nomad_pki import Pki, make_pki
 
 REPO = Path(__file__).resolve().parents[1]

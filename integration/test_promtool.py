@@ -19,14 +19,17 @@ from pathlib import Path
 import pytest
 
 from gpuledger.collectors.nomad import NomadSettings
-from gpuledger.controller.loop import Controller
+from gpuledger.commands.demo import world_config
+from gpuledger.controller.loop import NodeController
 from gpuledger.controller.sources import Sources
-from gpuledger.demo import STRAY, world_config
 from gpuledger.model import NodeInfo
 from gpuledger.policy.load import default_policy
 from gpuledger.sim.world import World, load_scenario
-from gpuledger.web.metrics import render
+from gpuledger.views.metrics import render
 from runtimes import missing
+
+# The demo's second drift phase: a training job's process on the free GPU 3.
+STRAY = load_scenario("demo")["drift"][1]["add_processes"][0]
 
 
 @pytest.fixture
@@ -52,7 +55,7 @@ def exposition(world: World, nomad_up: bool = True) -> bytes:
         # A port nothing listens on: the Nomad read fails, every GPU is unknown.
         config = replace(config, nomad=NomadSettings(addr="http://127.0.0.1:9", node_id="x"))
     node = NodeInfo(name="demo-gpu-node", nomad_node_id=None, version="t")
-    controller = Controller(Sources(config), default_policy(), node, timedelta(seconds=15))
+    controller = NodeController(Sources(config), default_policy(), node, timedelta(seconds=15))
     controller.tick()
     snap = controller.tick()
     body, _ = render(snap, "")

@@ -32,14 +32,17 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
-from gpuledger.controller import history as hist
-from gpuledger.demo import FREE_GPU, STRAY, run_demo
+from gpuledger.commands.demo import run_demo
+from gpuledger.controller import history_file
 from gpuledger.sim.world import World, load_scenario
 from runtimes import missing
 
 T = TypeVar("T")
 GPU0 = "GPU-7a1c3e52-0b8d-4f6a-9e21-5c3d7b8a1f00"
 IDLE_GPU = "GPU-2b9e4d61-1c7a-4e3b-8f52-6d4e8c9b2a11"  # reserved by the notebook, nothing runs
+# The demo's second drift phase: a training job's process on the free GPU 3.
+STRAY = load_scenario("demo")["drift"][1]["add_processes"][0]
+FREE_GPU = STRAY["gpu"]
 WAIT_S = 30.0  # how long polling may go on before a test gives up; it stops at the first hit
 GOOD_POLICY = "version: 1\nfindings:\n  hot: {level: WARN}\n"
 BAD_POLICY = "version: 1\nfindings:\n  hot: {level: HOTTER}\n"
@@ -268,7 +271,7 @@ def test_sigkill_at_any_moment_never_leaves_a_history_that_does_not_load(
         s.proc.kill()
         s.proc.wait(timeout=10)
         if path.exists():
-            loaded = hist.load(path)
+            loaded = history_file.load(path)
             totals.append(sum(loaded.state_seconds.values()))
     assert not (tmp_path / "history.json.corrupt").exists()
     assert totals, "no run got as far as its first write"
@@ -282,7 +285,7 @@ def test_sigterm_finishes_writes_the_history_and_exits_0(
     s = start()
     ledger = s.ready()
     assert s.stop() == 0
-    written = hist.load(s.history)
+    written = history_file.load(s.history)
     assert written.at is not None and written.at.timestamp() >= after(ledger["at"])
     assert s.events("controller.stopped")
 
@@ -420,7 +423,7 @@ def test_a_corrupt_history_is_set_aside_and_serve_starts_fresh(
         (event,) = s.events("history.corrupt")
         assert event["reason"].startswith("not JSON")
         eventually(lambda: s.get("/healthz").status_code == 200 or None, "healthy")
-        assert hist.load(path).at is not None
+        assert history_file.load(path).at is not None
     finally:
         assert s.stop() == 0
 
@@ -483,7 +486,7 @@ def test_a_history_on_a_full_disk_is_reported_then_recovers(
             assert [p.name for p in folder.iterdir()] == ["filler"]
             filler.unlink()
             eventually(lambda: s.get("/healthz").status_code == 200 or None, "healthy again")
-            assert hist.load(folder / "history.json").at is not None
+            assert history_file.load(folder / "history.json").at is not None
             assert s.events("history.write_recovered")
         finally:
             assert s.stop() == 0

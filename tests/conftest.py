@@ -13,7 +13,7 @@ import pytest
 from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
 from gpuledger.sim.world import World, load_scenario
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 class NvidiaWorld:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuledger.collectors.cards import encoder_session_cap
+from gpuledger.model.cards import encoder_session_cap
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 from gpuledger.model import (
     AllocRef,
     Code,
-    ContainerRef,
+    Container,
     Gpu,
     GpuState,
     Ledger,
@@ -36,7 +36,7 @@ def tenant(
     pid: int = 10,
     *,
     alloc: AllocRef | None = None,
-    container: ContainerRef | None = None,
+    container: Container | None = None,
     process: str = "python3",
     visible: bool = True,
 ) -> Tenant:
@@ -98,7 +98,7 @@ def test_unmanaged_tenant_is_warn_and_exemptions_apply() -> None:
     ]
     exempt = tenant(Verdict.UNMANAGED, process="nvidia-persistenced")
     assert codes(ledger(GpuState.UNACCOUNTED, exempt)) == []
-    c = ContainerRef(id="c" * 64, name="dcgm-exporter", runtime="docker")
+    c = Container(id="c" * 64, name="dcgm-exporter", runtime="docker")
     text = "version: 1\nfindings:\n  unmanaged-tenant: {ignore_containers: ['dcgm-*']}\n"
     assert codes(ledger(GpuState.UNACCOUNTED, tenant(Verdict.UNMANAGED, container=c)), text) == []
 
@@ -239,13 +239,11 @@ def test_findings_are_sorted_worst_first() -> None:
 
 def test_unmanaged_tenant_exempts_a_container_by_label() -> None:
     text = "version: 1\nfindings:\n  unmanaged-tenant: {ignore_labels: {maintainer: 'video-*'}}\n"
-    video = ContainerRef(
+    video = Container(
         id="c" * 64, name="live", runtime="docker", labels={"maintainer": "video-team"}
     )
-    other = ContainerRef(
-        id="d" * 64, name="live", runtime="docker", labels={"maintainer": "ml-team"}
-    )
-    bare = ContainerRef(id="e" * 64, name="live", runtime="docker")
+    other = Container(id="d" * 64, name="live", runtime="docker", labels={"maintainer": "ml-team"})
+    bare = Container(id="e" * 64, name="live", runtime="docker")
     for container, expected in (
         (video, []),
         (other, [("unmanaged-tenant", "WARN")]),

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuledger.cli import read_history
 from gpuledger.controller import history as hist
+from gpuledger.controller import history_file
 from gpuledger.controller.history import History, judge_with
-from gpuledger.errors import ConfigError
+from gpuledger.errors import ConfigError, HistoryCorruptError
 from gpuledger.model import (
     AllocRef,
     Code,
@@ -255,8 +257,8 @@ def busy_history() -> History:
 def test_the_file_round_trips_and_has_schema_1(tmp_path: Path) -> None:
     path = tmp_path / "history.json"
     h = busy_history()
-    hist.save(path, h)
-    assert hist.load(path) == h
+    history_file.save(path, h)
+    assert history_file.load(path) == h
     doc = json.loads(path.read_text())
     assert doc["schema"] == 1
     assert doc["intervalSeconds"] == 15
@@ -268,11 +270,11 @@ def test_the_file_round_trips_and_has_schema_1(tmp_path: Path) -> None:
 
 def test_saving_where_it_cannot_leaves_no_temporary_file(tmp_path: Path) -> None:
     with pytest.raises(OSError):  # noqa: PT011 - any OSError: the folder is missing
-        hist.save(tmp_path / "missing" / "history.json", busy_history())
+        history_file.save(tmp_path / "missing" / "history.json", busy_history())
     blocked = tmp_path / "history.json"
     blocked.mkdir()
     with pytest.raises(IsADirectoryError):
-        hist.save(blocked, busy_history())
+        history_file.save(blocked, busy_history())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["history.json"]
 
 
@@ -304,31 +306,31 @@ def test_saving_where_it_cannot_leaves_no_temporary_file(tmp_path: Path) -> None
 def test_a_corrupt_file_says_what_is_wrong(tmp_path: Path, text: str, why: str) -> None:
     path = tmp_path / "history.json"
     path.write_text(text)
-    with pytest.raises(hist.HistoryCorruptError, match=re.escape(why)):
-        hist.load(path)
+    with pytest.raises(HistoryCorruptError, match=re.escape(why)):
+        history_file.load(path)
 
 
 def test_a_truncated_file_of_every_length_is_corrupt_never_a_crash(tmp_path: Path) -> None:
     path = tmp_path / "history.json"
-    hist.save(path, busy_history())
+    history_file.save(path, busy_history())
     whole = path.read_bytes()
     for cut in range(len(whole)):
         path.write_bytes(whole[:cut])
-        with pytest.raises(hist.HistoryCorruptError):
-            hist.load(path)
+        with pytest.raises(HistoryCorruptError):
+            history_file.load(path)
 
 
 def test_bytes_that_are_not_utf8_are_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "history.json"
     path.write_bytes(b"\xff\xfe{}")
-    with pytest.raises(hist.HistoryCorruptError, match="UTF-8"):
-        hist.load(path)
+    with pytest.raises(HistoryCorruptError, match="UTF-8"):
+        history_file.load(path)
 
 
 def test_set_aside_moves_the_file_to_dot_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "history.json"
     path.write_text("garbage")
-    assert hist.set_aside(path) == tmp_path / "history.json.corrupt"
+    assert history_file.set_aside(path) == tmp_path / "history.json.corrupt"
     assert not path.exists()
     assert (tmp_path / "history.json.corrupt").read_text() == "garbage"
 
@@ -344,21 +346,21 @@ def test_rejudge_reads_the_file_with_its_own_interval(tmp_path: Path) -> None:
         history = judge_with(
             idle, policy, history, T0 + timedelta(hours=hours), timedelta(hours=3)
         ).history
-    hist.save(path, history)
+    history_file.save(path, history)
     later = replace(idle, at=T0 + timedelta(hours=7))
-    found = hist.rejudge(later, policy, hist.read_history(path)).findings
+    found = hist.rejudge(later, policy, read_history(path)).findings
     assert [(f.code, f.since) for f in found] == [(Code.RESERVED_IDLE, later.at)]
     assert "for 7h" in found[0].message
-    assert hist.rejudge(later, policy, hist.read_history(path)).gpus[0].state_since == T0
+    assert hist.rejudge(later, policy, read_history(path)).gpus[0].state_since == T0
     # The file is only read.
-    assert hist.load(path) == history
+    assert history_file.load(path) == history
 
 
 def test_read_history_names_the_flag_for_a_missing_or_corrupt_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--history .*missing.json: cannot read it"):
-        hist.read_history(tmp_path / "missing.json")
+        read_history(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     with pytest.raises(ConfigError, match="not a gpuledger history"):
-        hist.read_history(bad)
+        read_history(bad)
     assert bad.exists()

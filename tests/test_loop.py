@@ -18,7 +18,7 @@ from typing import TypeVar
 import pytest
 from structlog.testing import capture_logs
 
-from gpuledger.controller.loop import Controller, Snapshot, attempt_timeout
+from gpuledger.controller.loop import NodeController, Snapshot, attempt_timeout
 from gpuledger.controller.reconcile import Desired, Observed
 from gpuledger.controller.sources import Guard
 from gpuledger.errors import PolicyError, SourceError
@@ -132,10 +132,10 @@ def controller(
     interval: timedelta = EVERY,
     load: Callable[[Path], Policy] | None = None,
     history: Path | None = None,
-) -> tuple[Controller, FakeNode, FakeClock]:
+) -> tuple[NodeController, FakeNode, FakeClock]:
     clock = FakeClock()
     node = FakeNode(clock)
-    c = Controller(
+    c = NodeController(
         node,
         policy or default_policy(),
         NODE,
@@ -148,7 +148,7 @@ def controller(
     return c, node, clock
 
 
-def run_ticks(c: Controller, node: FakeNode, n: int) -> None:
+def run_ticks(c: NodeController, node: FakeNode, n: int) -> None:
     """Run the loop until it has read the node ``n`` times."""
     before = node.after_read
 
@@ -196,7 +196,7 @@ def test_retries_stop_where_another_attempt_could_end_past_the_budget() -> None:
     assert node.attempts["gpu"] == 2
     assert snap.duration_s == 6.5
     status = snap.ledger.sources[SourceName.GPU]
-    assert (status.ok, status.error, status.hint) == (False, "gpu is down", "start it")
+    assert (status.failing, status.error, status.hint) == (True, "gpu is down", "start it")
     assert [f.code for f in snap.ledger.findings] == [Code.SOURCE_UNAVAILABLE]
 
 

@@ -25,10 +25,10 @@ from gpuledger.collectors.nomad import (
 )
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import AllocLookup
-from gpuledger.sim.nomad_acl import AclAccess, AclPolicyError, JobAcl, parse_policy
 from gpuledger.sim.nomad_api import FakeNomad
+from nomad_acl import AclAccess, AclPolicyError, JobAcl, parse_policy
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nomad"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nomad"
 
 NODE = "5d5f8b1e-3c55-4f4a-9a43-0c1b6f0b2a10"
 GPU0 = "GPU-0b2c7e3a-9f1d-4a57-b0c4-7e1f0b6d2a11"

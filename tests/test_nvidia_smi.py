@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # `from conftest import` would find integration/conftest.py t
     from conftest import NvidiaWorld
 
 
-NVIDIA = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nvidia"
+NVIDIA = Path(__file__).resolve().parent / "fixtures" / "nvidia"
 CAPTURES = NVIDIA / "captures-nvidia_gpu_exporter"
 MASKED = "GPU-00000000-0000-0000-0000-000000000000"
 

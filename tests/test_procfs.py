@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuledger.collectors.procfs import classify_cgroup, read_processes, redact_argv, short_name
+from gpuledger.collectors.procfs import read_processes
 from gpuledger.errors import SourceError
 from gpuledger.model import OwnerKind, ProcessOwner
+from gpuledger.model.cgroups import classify_cgroup
+from gpuledger.model.redact import redact_argv, short_name
 from gpuledger.sim.proc import cgroup_text, write_proc_tree
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "containers"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "containers"
 
 ALLOC = "8d3f1a6c-2b4e-4c1d-9f0a-7e5b3c2d1a90"
 D, P, N, H, X = (

@@ -12,12 +12,13 @@ import docker
 import docker.errors
 import pytest
 
-from gpuledger.collectors.runtimes import RuntimeClient, alloc_of, check_url, default_socket
+from gpuledger.collectors.runtimes import RuntimeClient, check_url, default_socket
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Container
+from gpuledger.model.labels import alloc_of
 from gpuledger.sim.docker_api import FakeDockerApi
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "containers"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "containers"
 
 ALLOC = "8d3f1a6c-2b4e-4c1d-9f0a-7e5b3c2d1a90"
 OTHER_ALLOC = "0b2c1d7e-1111-4222-8333-944455556666"

@@ -1,4 +1,4 @@
-"""The HTTP endpoints: routes, methods, the headers of DESIGN §4 on every answer, health.
+"""The HTTP endpoints: routes, methods, the security headers on every answer, health.
 
 Most tests call the WSGI application directly; the last ones go through the real waitress
 server on loopback, for what waitress answers itself (a 10 MB header, a large body).
@@ -33,7 +33,7 @@ from gpuledger.model import (
     SourceStatus,
 )
 from gpuledger.web.app import App
-from gpuledger.web.serve import bind, urls
+from gpuledger.web.server import bind, urls
 
 AT = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
@@ -75,6 +75,25 @@ def call(app: App, method: str, path: str, accept: str = "") -> tuple[str, dict[
     }
     body = b"".join(app(environ, start_response))  # type: ignore[arg-type]
     return got["status"], got["headers"], body
+
+
+def test_each_snapshot_is_rendered_once_per_endpoint_and_format_and_never_changed() -> None:
+    first, second = snapshot(), snapshot()
+    current = [first]
+    app = App(lambda: current[0], lambda: AT)
+    bodies = {}
+    formats = (("/ledger", ""), ("/metrics", ""), ("/metrics", "application/openmetrics-text"))
+    for path, accept in formats:
+        kept = app.routes[path](first, {"HTTP_ACCEPT": accept}).body  # type: ignore[arg-type]
+        again = app.routes[path](first, {"HTTP_ACCEPT": accept}).body  # type: ignore[arg-type]
+        assert again is kept, path
+        bodies[path, accept] = kept
+    assert bodies["/metrics", ""] != bodies["/metrics", "application/openmetrics-text"]
+    assert first == snapshot()  # the published snapshot holds no rendered bodies
+    current[0] = second
+    newer = app.routes["/ledger"](second, {"HTTP_ACCEPT": ""}).body  # type: ignore[arg-type]
+    assert newer is not bodies["/ledger", ""]
+    assert newer == bodies["/ledger", ""]
 
 
 def app_for(snap: Snapshot | None, now: datetime = AT) -> App:

@@ -13,18 +13,21 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
 
 from gpuledger import __version__
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
-from gpuledger.controller.history import read_history
+from gpuledger.controller import history_file
+from gpuledger.controller.clock import SystemClock
+from gpuledger.controller.history import History
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
-from gpuledger.errors import ConfigError, PolicyError, UsageError
-from gpuledger.model import Ledger, Level, findings_doc, ledger_doc
+from gpuledger.errors import ConfigError, HistoryCorruptError, PolicyError, UsageError
+from gpuledger.model import Ledger, Level
+from gpuledger.model.contract import findings_doc, ledger_doc
 from gpuledger.policy.load import (
     default_policy,
     default_policy_text,
@@ -292,10 +295,18 @@ def _policy(args: argparse.Namespace) -> Policy:
     return load_policy(args.policy) if args.policy else default_policy()
 
 
-def _now() -> datetime:
-    # Not rounded: a one-shot read just after serve's last tick must not seem to come before
-    # it, which the history takes for a clock gone back (every since-when restarts).
-    return datetime.now(timezone.utc)
+def read_history(path: Path) -> History:
+    """The history file named by ``--history``, only read; one that cannot be read or is not
+    a history is a usage error."""
+    try:
+        return history_file.load(path)
+    except OSError as exc:
+        raise ConfigError(f"--history {path}: cannot read it: {exc.strerror or exc}") from None
+    except HistoryCorruptError as exc:
+        raise ConfigError(
+            f"--history {path}: not a gpuledger history ({exc}); gpuledger serve sets such a "
+            "file aside as FILE.corrupt when it starts"
+        ) from None
 
 
 def _ledger(args: argparse.Namespace) -> tuple[Ledger, Policy]:
@@ -306,7 +317,9 @@ def _ledger(args: argparse.Namespace) -> tuple[Ledger, Policy]:
         source_config(args),
         policy,
         node_name=args.node_name,
-        at=_now(),
+        # Not rounded: a one-shot read just after serve's last tick must not seem to come
+        # before it, which the history takes for a clock gone back (every since-when restarts).
+        at=SystemClock().now(),
         version=__version__,
         commands=args.commands,
         history=history,
@@ -321,7 +334,7 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> int:
         json.dump(ledger_doc(ledger), out, indent=2)
         out.write("\n")
     else:
-        from gpuledger.table import render_ledger  # noqa: PLC0415 - only the table needs it
+        from gpuledger.views.table import render_ledger  # noqa: PLC0415 - only the table needs it
 
         out.write(render_ledger(ledger))
     return EXIT_OK
@@ -335,7 +348,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         json.dump(findings_doc(ledger), out, indent=2)
         out.write("\n")
     else:
-        from gpuledger.table import render_findings  # noqa: PLC0415 - only the table needs it
+        from gpuledger.views.table import render_findings  # noqa: PLC0415 - only the table needs it
 
         out.write(render_findings(ledger))
     return EXIT_FOUND if any(f.level >= exit_on for f in ledger.findings) else EXIT_OK
@@ -354,7 +367,7 @@ def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
         out.write(schema_text())
         return EXIT_OK
     if args.policy_command == "test":
-        from gpuledger.policytest import run_policy_tests  # noqa: PLC0415
+        from gpuledger.commands.policy_test import run_policy_tests  # noqa: PLC0415
 
         return run_policy_tests(args.files, out)
     if not args.file.is_file():
@@ -370,14 +383,22 @@ def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger serve``."""
-    from gpuledger.web.serve import serve  # noqa: PLC0415 - the server loads only to serve
+    from gpuledger.commands.serve import ServeOptions, serve  # noqa: PLC0415 - only to serve
 
-    return serve(args, source_config(args), _policy(args), out)
+    options = ServeOptions(
+        listen=args.listen,
+        interval=args.interval,
+        policy_path=args.policy,
+        history_path=args.history,
+        commands=args.commands,
+        node_name=args.node_name,
+    )
+    return serve(source_config(args), _policy(args), options, out)
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger demo``."""
-    from gpuledger.demo import run_demo  # noqa: PLC0415 - the simulator loads only for the demo
+    from gpuledger.commands.demo import run_demo  # noqa: PLC0415 - the simulator loads only here
 
     return run_demo(out, as_json=args.json)
 

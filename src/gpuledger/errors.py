@@ -3,11 +3,15 @@
 ::
 
     GpuledgerError
-    ├── SourceError        a source that is on could not be read: becomes a
-    │                      ``source-unavailable`` finding; the loop goes on
-    └── UsageError         what the user typed or named is wrong: exit 2, no traceback
-        ├── ConfigError    a flag's value, or a file named by a flag that cannot be read
-        └── PolicyError    a policy file that fails to parse or validate
+    ├── SourceError          a source that is on could not be read: becomes a
+    │                        ``source-unavailable`` finding; the loop goes on
+    ├── HistoryCorruptError  the history file is not a history gpuledger can read: serve sets
+    │                        it aside and starts afresh; ``ls``/``check --history`` say so
+    ├── YamlSyntaxError      a YAML text that does not parse (FILE:LINE:COLUMN); its reader
+    │                        turns it into a ``PolicyError`` or a ``ConfigError``
+    └── UsageError           what the user typed or named is wrong: exit 2, no traceback
+        ├── ConfigError      a flag's value, or a file named by a flag that cannot be read
+        └── PolicyError      a policy file that fails to parse or validate
 
 A ``SourceError`` is temporary (read again next tick); a ``UsageError`` is permanent (the
 user must change the input).
@@ -28,6 +32,14 @@ class SourceError(GpuledgerError):
         self.source = source
         self.message = message
         self.hint = hint
+
+
+class HistoryCorruptError(GpuledgerError):
+    """The history file is not a history gpuledger can read (truncated, garbled, other schema)."""
+
+
+class YamlSyntaxError(GpuledgerError):
+    """The text is not YAML; the message names the file, line and column."""
 
 
 class UsageError(GpuledgerError):

@@ -25,9 +25,9 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection
 from urllib3.util.ssl_match_hostname import CertificateError
 
-from gpuledger.collectors.urls import redact_url_passwords
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
+from gpuledger.model.redact import redact_url_passwords
 
 __all__ = ["NomadReader", "NomadSettings", "parse_allocation", "settings_from_env"]
 

@@ -2,12 +2,11 @@
 
 Both runtimes are read through the docker SDK's low-level ``APIClient``; only the containers
 that hold a GPU process are inspected, once each per tick (the list has no PID, and no label
-filter finds Podman's unlabelled Nomad tasks: notes/containers.md §3.2, §5).
+filter finds Podman's unlabelled Nomad tasks).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,15 +14,12 @@ from urllib.parse import urlsplit
 
 import requests
 
-from gpuledger.collectors.urls import redact_url_passwords
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Container, Runtime
+from gpuledger.model.redact import redact_url_passwords
 
 if TYPE_CHECKING:
     import docker
-
-ALLOC_LABEL = "com.hashicorp.nomad.alloc_id"
-TASK_LABEL = "com.hashicorp.nomad.task_name"
 
 _SOCKETS: Mapping[Runtime, str] = {
     "docker": "var/run/docker.sock",
@@ -37,13 +33,6 @@ _HINTS: Mapping[Runtime, str] = {
         "socket, or pass --podman off"
     ),
 }
-
-_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-# Nomad names a task's container `<task>-<alloc id>` (Docker and Podman drivers alike) and the
-# pause container of a bridge-network allocation `nomad_init_<alloc id>` (notes §1.9, §5).
-_TASK_NAME = re.compile(rf"^(.+)-({_UUID})$")
-_PAUSE_NAME = re.compile(rf"^nomad_init_({_UUID})$")
-
 
 _ALLOWED_URLS = (
     "unix:///path/to/socket, tcp://host:port, http://host:port, https://host:port, "
@@ -200,22 +189,3 @@ def _find_os_error(err: BaseException, depth: int) -> OSError | None:
         if found is not None:
             return found
     return None
-
-
-def alloc_of(container: Container) -> tuple[str | None, str | None, bool]:
-    """``(alloc id, task, from_name)`` of a Nomad container; ``from_name`` when the allocation
-    was read from the name ``<task>-<alloc id>`` (to be trusted only if Nomad returns it)."""
-    name = container.name.lstrip("/")
-    labelled = container.labels.get(ALLOC_LABEL)
-    if labelled:
-        if _PAUSE_NAME.match(name):
-            return labelled, None, False
-        task = container.labels.get(TASK_LABEL)
-        if not task and (match := _TASK_NAME.match(name)) and match[2] == labelled:
-            task = match[1]
-        return labelled, task or None, False
-    if _PAUSE_NAME.match(name):
-        return None, None, False
-    if match := _TASK_NAME.match(name):
-        return match[2], match[1], True
-    return None, None, False

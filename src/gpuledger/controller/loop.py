@@ -11,10 +11,9 @@ A clock is passed in, so tests of idle time and of the rate run on fake time.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -23,11 +22,14 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from tenacity.stop import stop_base
 
 from gpuledger.controller import history as hist
+from gpuledger.controller import history_file
+from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.node import identify
-from gpuledger.controller.reconcile import CommandMode, Desired, Observed, reconcile
+from gpuledger.controller.reconcile import Desired, JoinMemo, Observed, reconcile
 from gpuledger.controller.sources import Guard
-from gpuledger.errors import PolicyError, SourceError
+from gpuledger.errors import HistoryCorruptError, PolicyError, SourceError
 from gpuledger.model import Finding, Ledger, NodeInfo, SourceName, SourceStatus
+from gpuledger.model.redact import CommandMode
 from gpuledger.policy.evaluate import policy_invalid
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
@@ -51,41 +53,6 @@ def attempt_timeout(interval: timedelta, asked: float = ATTEMPT_CAP_S) -> float:
     return min(asked, ATTEMPT_CAP_S, ATTEMPT_SHARE * interval.total_seconds())
 
 
-class Clock(Protocol):
-    """Wall time for the ledger, monotonic time for the rate, and a sleep that can be woken."""
-
-    def now(self) -> datetime:
-        """The wall-clock time, aware, in UTC."""
-        ...
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes back."""
-        ...
-
-    def sleep(self, seconds: float, wake: threading.Event | None = None) -> None:
-        """Wait ``seconds``, or less when ``wake`` is set."""
-        ...
-
-
-class SystemClock:
-    """The real clock."""
-
-    def now(self) -> datetime:
-        """The wall-clock time, aware, in UTC."""
-        return datetime.now(timezone.utc)
-
-    def monotonic(self) -> float:
-        """``time.monotonic``."""
-        return time.monotonic()
-
-    def sleep(self, seconds: float, wake: threading.Event | None = None) -> None:
-        """Wait on ``wake`` so that a signal handler can cut the sleep short."""
-        if wake is None:
-            time.sleep(max(0.0, seconds))
-        else:
-            wake.wait(max(0.0, seconds))
-
-
 class Reader(Protocol):
     """What the loop reads each tick: ``controller.sources.Sources``, or an in-process fake."""
 
@@ -104,15 +71,13 @@ class Snapshot:
     interval: timedelta
     history_error: str | None = None
     """Why the history file could not be written at this tick, if it could not."""
-    rendered: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
-    """Bodies rendered from this snapshot, by endpoint and content type (filled lazily)."""
 
     def problems(self, now: datetime) -> list[str]:
         """What keeps the node controller from being healthy, one line each."""
         lines = [
             f"{name.value}: {status.error}"
             for name, status in self.ledger.sources.items()
-            if status.enabled and not status.ok
+            if status.failing
         ]
         if self.history_error:
             lines.append(f"history: {self.history_error}")
@@ -133,7 +98,7 @@ class _Deadline(stop_base):
         return self.clock.monotonic() + self.cost > self.deadline
 
 
-class Controller:
+class NodeController:
     """The node controller: ``tick`` once, or ``run`` until ``stop``."""
 
     def __init__(
@@ -162,6 +127,7 @@ class Controller:
         self._last_start: float | None = None
         self._failing: dict[SourceName, str] = {}
         self._history_failing = False
+        self.memo = JoinMemo()
         self.history = self._open_history()
 
     # ------------------------------------------------------------------ signals
@@ -220,7 +186,7 @@ class Controller:
         node = identify(self.node, desired)
         if desired.view is not None and not self.node.name:
             self.node = replace(self.node, name=node.name)  # keep Nomad's name through outages
-        ledger = reconcile(desired, observed, node, at, self.commands)
+        ledger = reconcile(desired, observed, node, at, self.commands, self.memo)
         judged = hist.judge_with(
             ledger, self.policy, self.history, at, self.interval, self._policy_findings(node)
         )
@@ -304,12 +270,12 @@ class Controller:
         if path is None:
             return fresh
         try:
-            return hist.load(path)
+            return history_file.load(path)
         except FileNotFoundError:
             log.info("history.started", path=str(path), reason="no history file yet")
-        except hist.HistoryCorruptError as exc:
+        except HistoryCorruptError as exc:
             try:
-                corrupt = str(hist.set_aside(path))
+                corrupt = str(history_file.set_aside(path))
             except OSError as err:
                 corrupt = f"not set aside: {err.strerror or err}"
             log.warning("history.corrupt", path=str(path), reason=str(exc), set_aside=corrupt)
@@ -322,7 +288,7 @@ class Controller:
         if self.history_path is None:
             return None
         try:
-            hist.save(self.history_path, self.history)
+            history_file.save(self.history_path, self.history)
         except OSError as exc:
             error = f"cannot write {self.history_path}: {exc.strerror or exc}"
             if not self._history_failing:
@@ -343,7 +309,7 @@ class Controller:
         ``source.recovered``: once per spell, not once per tick."""
         for name, status in sources.items():
             before = self._failing.get(name)
-            if status.enabled and not status.ok:
+            if status.failing:
                 error = status.error or "unreadable"
                 if before != error:
                     log.warning(

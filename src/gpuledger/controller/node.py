@@ -7,9 +7,10 @@ from dataclasses import replace
 from datetime import datetime
 
 from gpuledger.controller.history import History, rejudge
-from gpuledger.controller.reconcile import CommandMode, Desired, reconcile
+from gpuledger.controller.reconcile import Desired, reconcile
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.model import Ledger, NodeInfo, Since
+from gpuledger.model.redact import CommandMode
 from gpuledger.policy.evaluate import evaluate
 from gpuledger.policy.rules import Policy
 

@@ -1,27 +1,25 @@
-"""The pure join of desired and observed state on GPU UUID (DESIGN §2).
+"""The pure join of desired and observed state on GPU UUID (ARCHITECTURE.md, "One tick").
 
-``reconcile(desired, observed)`` reads nothing and writes nothing: the same inputs always give
-the same ledger, so every case of DESIGN §3 is unit-tested with plain values.
+``reconcile(desired, observed, node, at)`` reads nothing and writes nothing: the same inputs
+always give the same ledger, so every GPU state and tenant verdict is unit-tested with plain
+values. What it may remember from one tick to the next (facts that cannot change while a
+process or a container lives) is kept in a ``JoinMemo`` that the caller owns and passes in;
+the memo changes how fast a ledger is made, never what it says.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Generic, TypeVar
 
-from gpuledger.collectors.cards import encoder_session_cap
-from gpuledger.collectors.procfs import redact_argv, short_name
-from gpuledger.collectors.runtimes import alloc_of
 from gpuledger.model import (
     Allocation,
     AllocLookup,
     AllocLookupResult,
     AllocRef,
     Container,
-    ContainerRef,
     Gpu,
     GpuProcess,
     GpuReading,
@@ -32,17 +30,18 @@ from gpuledger.model import (
     NomadView,
     OwnerKind,
     ProcessInfo,
-    ProcessOwner,
+    Reason,
     SourceName,
     SourceStatus,
     Tenant,
     Verdict,
 )
-
-CommandMode = Literal["full", "redacted", "none"]
+from gpuledger.model.cards import encoder_session_cap
+from gpuledger.model.labels import GROUP_LABEL, JOB_LABEL, NAMESPACE_LABEL, alloc_of
+from gpuledger.model.redact import CommandMode, redact_argv, short_name
 
 # Enum member lookups cost about 0.1 µs each on Python 3.11, and the join makes several per
-# tenant on every tick: the verdicts are bound once here.
+# tenant on every tick: the members it uses are bound once here.
 _OWN, _UNRESERVED, _UNMANAGED, _HIDDEN, _UNDECIDED = (
     Verdict.OWN,
     Verdict.UNRESERVED,
@@ -50,15 +49,7 @@ _OWN, _UNRESERVED, _UNMANAGED, _HIDDEN, _UNDECIDED = (
     Verdict.HIDDEN,
     Verdict.UNDECIDED,
 )
-
-# A process's command line and name do not change while it lives, and a tick sees the same
-# tenants as the last: remembering these pure functions' answers halves the cost of a tick.
-_redacted = functools.lru_cache(maxsize=4096)(redact_argv)
-_short_name = functools.lru_cache(maxsize=4096)(short_name)
-
-NAMESPACE_LABEL = "com.hashicorp.nomad.namespace"
-JOB_LABEL = "com.hashicorp.nomad.job_name"
-GROUP_LABEL = "com.hashicorp.nomad.task_group_name"
+_DOCKER, _PODMAN, _TASK = OwnerKind.DOCKER, OwnerKind.PODMAN, OwnerKind.NOMAD_TASK
 
 
 @dataclass(frozen=True)
@@ -69,10 +60,10 @@ class Observed:
     processes: Mapping[int, ProcessInfo]
     containers: Mapping[str, Container]
     sources: Mapping[SourceName, SourceStatus]
-    unexplained: Mapping[int, str] = field(default_factory=dict)
-    """PIDs that are still there but could not be traced, and which source failed them:
-    ``procfs`` (the driver lists it twice, /proc does not have it: another PID namespace),
-    ``docker`` or ``podman`` (alive in /proc, unknown to that runtime's API)."""
+    unexplained: Mapping[int, Reason] = field(default_factory=dict)
+    """PIDs that are still there but could not be traced, and why: ``NOT_IN_PROC`` (the driver
+    lists it twice, /proc does not have it: another PID namespace), ``DOCKER_UNKNOWN`` or
+    ``PODMAN_UNKNOWN`` (alive in /proc, unknown to that runtime's API)."""
 
 
 @dataclass(frozen=True)
@@ -83,16 +74,143 @@ class Desired:
     status: SourceStatus = field(default_factory=SourceStatus.off)
 
 
-@dataclass(frozen=True)
-class _Claim:
-    """Who a process belongs to, before Nomad is consulted."""
+class Claim:
+    """Who a process says it belongs to, before Nomad is consulted.
 
-    alloc_id: str | None
-    task: str | None
-    from_name: bool
-    container: ContainerRef | None
-    labels: Mapping[str, str]
-    undecided: str = ""
+    Compared and hashed by identity: the memo makes one per owner and keeps it while the owner
+    lives, so a claim is its own cheap cache key.
+    """
+
+    __slots__ = ("alloc_id", "container", "from_name", "reason", "task")
+
+    def __init__(
+        self,
+        alloc_id: str | None = None,
+        task: str | None = None,
+        from_name: bool = False,
+        container: Container | None = None,
+        reason: Reason | None = None,
+    ) -> None:
+        self.alloc_id, self.task, self.from_name = alloc_id, task, from_name
+        self.container, self.reason = container, reason
+
+
+_NOBODY = Claim()
+"""A host process's claim, or another runtime's container's: no allocation."""
+_UNTRACEABLE = {reason: Claim(reason=reason) for reason in Reason}
+"""The claims of processes that cannot be traced, one per reason."""
+
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+
+
+class _TwoTicks(Generic[_K, _V]):
+    """A cache that keeps what this tick and the last one used, and forgets the rest.
+
+    Bounded by what the node runs, without a size to tune: ``turn`` at each tick makes this
+    tick's entries last tick's, and what neither used is dropped.
+    """
+
+    __slots__ = ("_last", "_now")
+
+    def __init__(self) -> None:
+        self._now: dict[_K, _V] = {}
+        self._last: dict[_K, _V] = {}
+
+    def get(self, key: _K) -> _V | None:
+        value = self._now.get(key)
+        if value is None:
+            value = self._last.get(key)
+            if value is not None:
+                self._now[key] = value
+        return value
+
+    def put(self, key: _K, value: _V) -> _V:
+        self._now[key] = value
+        return value
+
+    def turn(self) -> None:
+        self._last, self._now = self._now, {}
+
+
+_Judgement = tuple[Verdict, Reason | None, AllocRef | None, bool]
+
+
+class JoinMemo:
+    """What the join remembers across ticks; owned by the loop that calls ``reconcile``.
+
+    Only facts that cannot change while their subject lives: a process's short name and shown
+    command (argv is fixed once a process runs), a container's claim (its name and labels are
+    fixed at creation), an allocation reference, and — while Nomad's answer is unchanged —
+    the verdict on each claim.
+    """
+
+    def __init__(self) -> None:
+        self._names: _TwoTicks[str, str] = _TwoTicks()
+        self._commands: _TwoTicks[tuple[tuple[str, ...], CommandMode], str] = _TwoTicks()
+        self._containers: _TwoTicks[tuple[str, str, str], Claim] = _TwoTicks()
+        self._tasks: _TwoTicks[tuple[str | None, str | None], Claim] = _TwoTicks()
+        self._refs: _TwoTicks[tuple[str, str | None, str | None, str | None, str | None], AllocRef]
+        self._refs = _TwoTicks()
+        self.judged: dict[tuple[Claim, str | None], _Judgement] = {}
+        """The verdict on each claim on each reservation, while Nomad's answer holds."""
+        self._view: NomadView | None = None
+
+    def turn(self, view: NomadView | None) -> None:
+        """Start a tick; the verdicts are kept only while Nomad's answer is the same."""
+        for cache in (self._names, self._commands, self._containers, self._tasks, self._refs):
+            cache.turn()
+        if view is None or self._view is None or not _same_view(view, self._view):
+            self.judged = {}
+        self._view = view
+
+    def name(self, process: str) -> str:
+        """The program's short name (``short_name``), remembered."""
+        return self._names.get(process) or self._names.put(process, short_name(process))
+
+    def command(self, argv: tuple[str, ...], mode: CommandMode) -> str | None:
+        """The command line as ``--commands`` shows it, remembered."""
+        key = (argv, mode)
+        shown = self._commands.get(key)
+        if shown is None:
+            shown = redact_argv(argv, mode)
+            if shown is None:
+                return None
+            self._commands.put(key, shown)
+        return shown
+
+    def container_claim(self, container: Container) -> Claim:
+        """The claim a container makes: its name and labels are fixed at creation."""
+        key = (container.id, container.name, container.runtime)
+        claim = self._containers.get(key)
+        if claim is None:
+            alloc_id, task, from_name = alloc_of(container)
+            claim = self._containers.put(key, Claim(alloc_id, task, from_name, container))
+        return claim
+
+    def task_claim(self, alloc_id: str | None, task: str | None) -> Claim:
+        """An exec task's claim: its allocation and task, from its cgroup path."""
+        key = (alloc_id, task)
+        return self._tasks.get(key) or self._tasks.put(key, Claim(alloc_id, task))
+
+    def ref(
+        self,
+        alloc_id: str,
+        namespace: str | None,
+        job: str | None,
+        group: str | None,
+        task: str | None,
+    ) -> AllocRef:
+        """One value per allocation and task, made once rather than every tick."""
+        key = (alloc_id, namespace, job, group, task)
+        return self._refs.get(key) or self._refs.put(key, AllocRef(*key))
+
+
+def _same_view(a: NomadView, b: NomadView) -> bool:
+    """Whether two answers of Nomad say the same (allocations and lookups)."""
+    return a is b or (
+        a.node_id == b.node_id and a.allocations == b.allocations and a.lookups == b.lookups
+    )
 
 
 def reconcile(
@@ -101,6 +219,7 @@ def reconcile(
     node: NodeInfo,
     at: datetime,
     commands: CommandMode = "redacted",
+    memo: JoinMemo | None = None,
 ) -> Ledger:
     """Join reservations and processes on GPU UUID into a ledger, without findings."""
     sources = {**observed.sources, SourceName.NOMAD: desired.status}
@@ -108,76 +227,27 @@ def reconcile(
     if reading is None:
         return Ledger(node=node, at=at, sources=sources, gpus=())
     view = desired.view if desired.status.readable else None
-    live = _live_allocations(view)
-    reserved = _reservations(live)
+    join = _Join(observed, view, commands, memo or JoinMemo())
     by_gpu: dict[str, list[GpuProcess]] = {}
     for proc in reading.processes:
         by_gpu.setdefault(proc.gpu_uuid, []).append(proc)
     gpus = tuple(
-        _ledger_gpu(
-            gpu, by_gpu.get(gpu.uuid, []), reserved.get(gpu.uuid), live, view, observed, commands
-        )
-        for gpu in sorted(reading.gpus, key=lambda g: g.index)
+        join.gpu(gpu, by_gpu.get(gpu.uuid, ())) for gpu in sorted(reading.gpus, key=_index)
     )
     return Ledger(node=node, at=at, sources=sources, gpus=gpus)
 
 
-def _live_allocations(view: NomadView | None) -> dict[str, Allocation]:
-    if view is None:
-        return {}
-    return {a.id: a for a in view.allocations if not a.terminal}
-
-
-def _reservations(live: Mapping[str, Allocation]) -> dict[str, AllocRef]:
-    """GPU UUID → the allocation and task that reserved it."""
-    out: dict[str, AllocRef] = {}
-    for alloc in live.values():
-        for task, uuids in sorted(alloc.gpus_by_task.items()):
-            for uuid in uuids:
-                out.setdefault(uuid, _ref(alloc, task))
-    return out
-
-
-def _ref(alloc: Allocation, task: str | None) -> AllocRef:
-    return _alloc_ref(alloc.id, alloc.namespace, alloc.job, alloc.group, task)
-
-
-@functools.lru_cache(maxsize=4096)
-def _alloc_ref(
-    alloc_id: str, namespace: str | None, job: str | None, group: str | None, task: str | None
-) -> AllocRef:
-    """One immutable value per allocation and task, made once rather than every tick."""
-    return AllocRef(id=alloc_id, namespace=namespace, job=job, group=group, task=task)
-
-
-def _ledger_gpu(
-    gpu: Gpu,
-    procs: list[GpuProcess],
-    reservation: AllocRef | None,
-    live: Mapping[str, Allocation],
-    view: NomadView | None,
-    observed: Observed,
-    commands: CommandMode,
-) -> LedgerGpu:
-    mig = bool(gpu.mig_enabled)
-    found = (_tenant(reservation, p, mig, live, view, observed, commands) for p in procs)
-    tenants = tuple(sorted((t for t in found if t is not None), key=lambda t: t.pid))
-    return LedgerGpu(
-        gpu=gpu,
-        state=gpu_state(gpu, reservation, tenants, nomad_read=view is not None),
-        reservation=reservation,
-        tenants=tenants,
-        encoder_cap=encoder_session_cap(gpu.name, gpu.driver_version),
-    )
+def _index(gpu: Gpu) -> int:
+    return gpu.index
 
 
 def gpu_state(
     gpu: Gpu, reservation: AllocRef | None, tenants: tuple[Tenant, ...], *, nomad_read: bool
 ) -> GpuState:
-    """The one state of a GPU (DESIGN §3), from its reservation and its judged tenants."""
+    """The one state of a GPU, from its reservation and its judged tenants."""
     if gpu.mig_enabled or not nomad_read:
         return GpuState.UNKNOWN
-    if any(t.verdict in (_HIDDEN, _UNDECIDED) for t in tenants):
+    if any(t.verdict is _HIDDEN or t.verdict is _UNDECIDED for t in tenants):
         return GpuState.UNKNOWN
     if reservation is not None:
         own = any(t.verdict is _OWN for t in tenants)
@@ -185,151 +255,161 @@ def gpu_state(
     return GpuState.UNACCOUNTED if tenants else GpuState.FREE
 
 
-def _tenant(
-    reservation: AllocRef | None,
-    proc: GpuProcess,
-    mig: bool,
-    live: Mapping[str, Allocation],
-    view: NomadView | None,
-    observed: Observed,
-    commands: CommandMode,
-) -> Tenant | None:
-    """The tenant, or None when its process exited between the GPU read and a later read."""
-    info = observed.processes.get(proc.pid)
-    claim = _claim(proc.pid, info, observed)
-    if claim is None:
-        return None
-    verdict, why, alloc, visible = _judge(reservation, claim, live, view)
-    if mig and verdict in (_OWN, _UNRESERVED):
-        # Reservations name MIG instances while the driver names the parent GPU: until MIG
-        # is supported a Nomad task there is never judged (no false unreserved-tenant).
-        verdict, why = _UNDECIDED, "mig"
-    process = proc.process_name or (info.argv[0] if info and info.argv else None)
-    return Tenant(
-        pid=proc.pid,
-        process=_short_name(process) if process else None,
-        command=_redacted(info.argv, commands) if info and info.argv else None,
-        used_memory_mib=proc.used_memory_mib,
-        container=claim.container,
-        alloc=alloc,
-        alloc_from_name=claim.from_name and alloc is not None,
-        alloc_visible=visible,
-        verdict=verdict,
-        why=why,
-    )
+class _Join:
+    """One tick's join: the observed state, Nomad's view, and the memo it may use."""
 
+    def __init__(
+        self, observed: Observed, view: NomadView | None, commands: CommandMode, memo: JoinMemo
+    ) -> None:
+        self.observed, self.view, self.commands, self.memo = observed, view, commands, memo
+        memo.turn(view)
+        self.live = {a.id: a for a in view.allocations if not a.terminal} if view else {}
+        self.reserved = self._reservations()
+        sources = observed.sources
+        procfs = sources.get(SourceName.PROCFS)
+        self.proc_read = procfs is None or procfs.readable
+        self.docker_read = _readable(sources, SourceName.DOCKER)
+        self.podman_read = _readable(sources, SourceName.PODMAN)
 
-def _claim(pid: int, info: ProcessInfo | None, observed: Observed) -> _Claim | None:
-    """Who the process says it belongs to: its cgroup, then its container's labels or name."""
-    if info is None:
-        status = observed.sources.get(SourceName.PROCFS)
-        if status is not None and not status.readable:
-            return _Claim(None, None, False, None, {}, undecided="procfs")
-        if observed.unexplained.get(pid) == "procfs":
-            return _Claim(None, None, False, None, {}, undecided="procfs-missing")
-        return None  # exited between the GPU read and /proc: it no longer holds the GPU
-    owner = info.owner
-    if owner.kind is OwnerKind.NOMAD_TASK:
-        return _task_claim(owner.alloc_id, owner.task)
-    if owner.kind in (OwnerKind.DOCKER, OwnerKind.PODMAN):
-        return _container_claim(pid, owner, observed)
-    return _NOBODY
+    def _reservations(self) -> dict[str, AllocRef]:
+        """GPU UUID → the allocation and task that reserved it."""
+        out: dict[str, AllocRef] = {}
+        for alloc in self.live.values():
+            for task, uuids in sorted(alloc.gpus_by_task.items()):
+                for uuid in uuids:
+                    out.setdefault(uuid, self._ref(alloc, task))
+        return out
 
+    def _ref(self, alloc: Allocation, task: str | None) -> AllocRef:
+        return self.memo.ref(alloc.id, alloc.namespace, alloc.job, alloc.group, task)
 
-_NOBODY = _Claim(None, None, False, None, {})
-"""A host process's claim, or another runtime's container's: no allocation."""
-
-
-@functools.lru_cache(maxsize=4096)
-def _task_claim(alloc_id: str | None, task: str | None) -> _Claim:
-    """An exec task's claim: its allocation and task, from its cgroup path."""
-    return _Claim(alloc_id, task, False, None, {})
-
-
-def _container_claim(pid: int, owner: ProcessOwner, observed: Observed) -> _Claim | None:
-    docker = owner.kind is OwnerKind.DOCKER
-    runtime: Literal["docker", "podman"] = "docker" if docker else "podman"
-    cid = owner.container_id or ""
-    status = observed.sources.get(SourceName.DOCKER if docker else SourceName.PODMAN)
-    if status is None or not status.readable:
-        return _Claim(None, None, False, None, {}, undecided=runtime)
-    container = observed.containers.get(cid)
-    if container is None:
-        if observed.unexplained.get(pid) == runtime:
-            return _Claim(None, None, False, None, {}, undecided=f"{runtime}-unknown")
-        return None  # gone between the GPU read and the inspect, and its process with it
-    return _container_facts(container)
-
-
-_CONTAINER_FACTS: dict[tuple[str, str, str], _Claim] = {}
-
-
-def _container_facts(container: Container) -> _Claim:
-    """The claim a container makes, remembered: its name and labels are fixed at creation."""
-    key = (container.id, container.name, container.runtime)
-    claim = _CONTAINER_FACTS.get(key)
-    if claim is None:
-        if len(_CONTAINER_FACTS) >= 4096:
-            _CONTAINER_FACTS.clear()
-        ref = ContainerRef(
-            id=container.id,
-            name=container.name,
-            runtime=container.runtime,
-            labels=container.labels,
+    def gpu(self, gpu: Gpu, procs: list[GpuProcess] | tuple[()]) -> LedgerGpu:
+        reservation = self.reserved.get(gpu.uuid)
+        mig = bool(gpu.mig_enabled)
+        found = [self.tenant(reservation, p, mig) for p in procs]
+        tenants = tuple(sorted((t for t in found if t is not None), key=_pid))
+        return LedgerGpu(
+            gpu=gpu,
+            state=gpu_state(gpu, reservation, tenants, nomad_read=self.view is not None),
+            reservation=reservation,
+            tenants=tenants,
+            encoder_cap=encoder_session_cap(gpu.name, gpu.driver_version),
         )
-        alloc_id, task, from_name = alloc_of(container)
-        claim = _CONTAINER_FACTS[key] = _Claim(alloc_id, task, from_name, ref, container.labels)
-    return claim
+
+    def tenant(self, reservation: AllocRef | None, proc: GpuProcess, mig: bool) -> Tenant | None:
+        """The tenant, or None when its process exited between the GPU read and a later read."""
+        info = self.observed.processes.get(proc.pid)
+        claim = self.claim(proc.pid, info)
+        if claim is None:
+            return None
+        verdict, reason, alloc, visible = self.judge(reservation, claim)
+        if mig and (verdict is _OWN or verdict is _UNRESERVED):
+            # Reservations name MIG instances while the driver names the parent GPU: until MIG
+            # is supported a Nomad task there is never judged (no false unreserved-tenant).
+            verdict, reason = _UNDECIDED, Reason.MIG
+        memo = self.memo
+        process = proc.process_name or (info.argv[0] if info and info.argv else None)
+        return Tenant(
+            pid=proc.pid,
+            process=memo.name(process) if process else None,
+            command=memo.command(info.argv, self.commands) if info and info.argv else None,
+            used_memory_mib=proc.used_memory_mib,
+            container=claim.container,
+            alloc=alloc,
+            alloc_from_name=claim.from_name and alloc is not None,
+            alloc_visible=visible,
+            verdict=verdict,
+            reason=reason,
+        )
+
+    def claim(self, pid: int, info: ProcessInfo | None) -> Claim | None:
+        """Who the process says it belongs to: its cgroup, then its container's labels or name."""
+        if info is None:
+            if not self.proc_read:
+                return _UNTRACEABLE[Reason.PROCFS_UNREADABLE]
+            if self.observed.unexplained.get(pid) is Reason.NOT_IN_PROC:
+                return _UNTRACEABLE[Reason.NOT_IN_PROC]
+            return None  # exited between the GPU read and /proc: it no longer holds the GPU
+        owner = info.owner
+        kind = owner.kind
+        if kind is _TASK:
+            return self.memo.task_claim(owner.alloc_id, owner.task)
+        if kind is _DOCKER or kind is _PODMAN:
+            docker = kind is _DOCKER
+            if not (self.docker_read if docker else self.podman_read):
+                return _UNTRACEABLE[Reason.DOCKER_UNREAD if docker else Reason.PODMAN_UNREAD]
+            container = self.observed.containers.get(owner.container_id or "")
+            if container is not None:
+                return self.memo.container_claim(container)
+            unknown = Reason.DOCKER_UNKNOWN if docker else Reason.PODMAN_UNKNOWN
+            if self.observed.unexplained.get(pid) is unknown:
+                return _UNTRACEABLE[unknown]
+            return None  # gone between the GPU read and the inspect, and its process with it
+        return _NOBODY
+
+    def judge(self, reservation: AllocRef | None, claim: Claim) -> _Judgement:
+        """The verdict on one claim on one GPU (remembered while Nomad's answer holds)."""
+        key = (claim, reservation.id if reservation else None)
+        judged = self.memo.judged.get(key)
+        if judged is None:
+            judged = self.memo.judged[key] = self._judge(reservation, claim)
+        return judged
+
+    def _judge(self, reservation: AllocRef | None, claim: Claim) -> _Judgement:
+        if claim.reason is not None:
+            return _UNDECIDED, claim.reason, None, False
+        if claim.alloc_id is None:
+            return _UNMANAGED, None, None, False
+        view = self.view
+        if view is None:
+            # Nomad unread: a container named like a task may or may not be one, and no task is
+            # judged on reservations.
+            ref = None if claim.from_name else self._labelled(claim)
+            return _UNDECIDED, Reason.NOMAD_UNREAD, ref, False
+        alloc = self.live.get(claim.alloc_id) or _terminal(view, claim.alloc_id)
+        if alloc is not None:
+            ref = self._ref(alloc, claim.task)
+            own = not alloc.terminal and reservation is not None and reservation.id == alloc.id
+            return (_OWN if own else _UNRESERVED), None, ref, True
+        labelled = self._labelled(claim)
+        lookup = view.lookups.get(claim.alloc_id, _NO_ANSWER)
+        if lookup.status is AllocLookup.VISIBLE and lookup.allocation is not None:
+            return _UNRESERVED, None, self._ref(lookup.allocation, claim.task), True
+        if lookup.status is AllocLookup.FORBIDDEN:
+            return _HIDDEN, Reason.NOMAD_FORBIDDEN, labelled, False
+        # A name that looks like a task's is trusted only when Nomad returns that allocation.
+        if lookup.status is AllocLookup.GONE:
+            if claim.from_name:
+                return _UNMANAGED, None, None, False  # no such allocation: a coincidence
+            return _UNRESERVED, None, labelled, False  # its task outlived its allocation
+        return _UNDECIDED, Reason.NOMAD_LOOKUP, None if claim.from_name else labelled, False
+
+    def _labelled(self, claim: Claim) -> AllocRef | None:
+        """The allocation as the container's labels tell it (an exec task has none)."""
+        if claim.alloc_id is None:
+            return None
+        labels = claim.container.labels if claim.container else {}
+        return self.memo.ref(
+            claim.alloc_id,
+            labels.get(NAMESPACE_LABEL),
+            labels.get(JOB_LABEL),
+            labels.get(GROUP_LABEL),
+            claim.task,
+        )
 
 
-def _judge(
-    reservation: AllocRef | None,
-    claim: _Claim,
-    live: Mapping[str, Allocation],
-    view: NomadView | None,
-) -> tuple[Verdict, str, AllocRef | None, bool]:
-    """The verdict on one tenant, the reason when undecided, its allocation and visibility."""
-    if claim.undecided:
-        return _UNDECIDED, claim.undecided, None, False
-    if claim.alloc_id is None:
-        return _UNMANAGED, "", None, False
-    if view is None:
-        # Nomad unread: a container named like a task may or may not be one, and no task is
-        # judged on reservations.
-        ref = None if claim.from_name else _labelled_ref(claim)
-        return _UNDECIDED, "nomad", ref, False
-    alloc = live.get(claim.alloc_id) or _terminal(view, claim.alloc_id)
-    if alloc is not None:
-        ref = _ref(alloc, claim.task)
-        own = not alloc.terminal and reservation is not None and reservation.id == alloc.id
-        return (_OWN if own else _UNRESERVED), "", ref, True
-    labelled = _labelled_ref(claim)
-    lookup = view.lookups.get(claim.alloc_id, AllocLookupResult(AllocLookup.FAILED))
-    if lookup.status is AllocLookup.VISIBLE and lookup.allocation is not None:
-        return _UNRESERVED, "", _ref(lookup.allocation, claim.task), True
-    if lookup.status is AllocLookup.FORBIDDEN:
-        return _HIDDEN, "nomad-forbidden", labelled, False
-    # A name that looks like a task's is trusted only when Nomad returns that allocation.
-    if lookup.status is AllocLookup.GONE:
-        if claim.from_name:
-            return _UNMANAGED, "", None, False  # no such allocation: the name was a coincidence
-        return _UNRESERVED, "", labelled, False  # its task outlived its allocation: an orphan
-    return _UNDECIDED, "nomad-lookup", None if claim.from_name else labelled, False
+_NO_ANSWER = AllocLookupResult(AllocLookup.FAILED)
+
+
+def _pid(tenant: Tenant) -> int:
+    return tenant.pid
+
+
+def _readable(sources: Mapping[SourceName, SourceStatus], name: SourceName) -> bool:
+    status = sources.get(name)
+    return status is not None and status.readable
 
 
 def _terminal(view: NomadView, alloc_id: str) -> Allocation | None:
     """A terminal allocation still listed for this node: its task outlived it."""
     return next((a for a in view.allocations if a.id == alloc_id), None)
-
-
-def _labelled_ref(claim: _Claim) -> AllocRef | None:
-    if claim.alloc_id is None:
-        return None
-    labels = claim.labels
-    return AllocRef(
-        id=claim.alloc_id,
-        namespace=labels.get(NAMESPACE_LABEL),
-        job=labels.get(JOB_LABEL),
-        group=labels.get(GROUP_LABEL),
-        task=claim.task,
-    )

@@ -1,4 +1,4 @@
-"""One read of every source, in the order the join needs them (DESIGN §2).
+"""One read of every source, in the order the join needs them (ARCHITECTURE.md, "One tick").
 
 GPU driver → /proc for the GPU PIDs → the runtimes for the containers that hold them → Nomad,
 with the allocation ids the tasks claim. A source that fails becomes a failed
@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 from gpuledger.collectors.nomad import NomadReader, NomadSettings
 from gpuledger.collectors.nvidia import Backend, open_backend
 from gpuledger.collectors.procfs import read_processes
-from gpuledger.collectors.runtimes import RuntimeClient, alloc_of
+from gpuledger.collectors.runtimes import RuntimeClient
 from gpuledger.controller.reconcile import Desired, Observed
 from gpuledger.errors import SourceError
 from gpuledger.model import (
@@ -24,10 +24,12 @@ from gpuledger.model import (
     GpuReading,
     OwnerKind,
     ProcessInfo,
+    Reason,
     Runtime,
     SourceName,
     SourceStatus,
 )
+from gpuledger.model.labels import alloc_of
 
 T = TypeVar("T")
 
@@ -87,7 +89,9 @@ class Sources:
         )
         containers = self._containers(procs, statuses, run)
         desired = self._nomad(procs, containers, run)
-        unexplained = dict.fromkeys(self._hidden_pids(pids, procs, statuses, run), "procfs")
+        unexplained = dict.fromkeys(
+            self._hidden_pids(pids, procs, statuses, run), Reason.NOT_IN_PROC
+        )
         unexplained |= self._unknown_to_runtime(procs, containers, statuses)
         observed = Observed(
             reading=reading,
@@ -125,21 +129,21 @@ class Sources:
         procs: dict[int, ProcessInfo],
         containers: dict[str, Container],
         statuses: dict[SourceName, SourceStatus],
-    ) -> dict[int, str]:
+    ) -> dict[int, Reason]:
         """Container PIDs still alive whose runtime's API does not know their container.
 
         A container that exited between /proc and the inspect takes its process with it; one
         whose process is still in /proc belongs to a daemon gpuledger does not talk to.
         """
-        unknown: dict[int, str] = {}
+        unknown: dict[int, Reason] = {}
         for pid, info in procs.items():
             kind, cid = info.owner.kind, info.owner.container_id
             if kind not in (OwnerKind.DOCKER, OwnerKind.PODMAN) or not cid or cid in containers:
                 continue
-            runtime = "docker" if kind is OwnerKind.DOCKER else "podman"
-            status = statuses.get(SourceName(runtime))
+            docker = kind is OwnerKind.DOCKER
+            status = statuses.get(SourceName.DOCKER if docker else SourceName.PODMAN)
             if status is not None and status.readable and self._alive(pid):
-                unknown[pid] = runtime
+                unknown[pid] = Reason.DOCKER_UNKNOWN if docker else Reason.PODMAN_UNKNOWN
         return unknown
 
     def _alive(self, pid: int) -> bool:

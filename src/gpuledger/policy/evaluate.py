@@ -1,4 +1,4 @@
-"""``evaluate(ledger, policy, since, now) -> findings``: the pure judgement of DESIGN §3.
+"""``evaluate(ledger, policy, since, now) -> findings``: the pure judgement of a ledger.
 
 Nothing here reads a source or the clock: ``since`` tells since when each GPU has been in its
 state, and ``now`` is passed in, so idle-time rules are tested without sleeping.
@@ -18,6 +18,7 @@ from gpuledger.model import (
     GpuState,
     Ledger,
     LedgerGpu,
+    Reason,
     Since,
     SourceName,
     Tenant,
@@ -28,30 +29,26 @@ from gpuledger.policy.rules import Policy, Rule
 _OWN = Verdict.OWN  # bound once: an enum lookup costs ~0.1 us on Python 3.11, per tenant
 
 _RUNTIME_FLAGS = {
-    "docker": "--docker unix:///var/run/docker.sock (or its URL)",
-    "podman": "--podman unix:///run/podman/podman.sock (or its URL)",
+    Reason.DOCKER_UNREAD: "--docker unix:///var/run/docker.sock (or its URL)",
+    Reason.PODMAN_UNREAD: "--podman unix:///run/podman/podman.sock (or its URL)",
 }
 _UNTRACED = {
-    "procfs-missing": (
-        "procfs",
+    Reason.NOT_IN_PROC: (
         "is listed by the GPU driver but is not in /proc: gpuledger does not see the host's "
         "processes (run it in the host's PID namespace, e.g. --pid=host, or pass the host's "
-        "/proc as --proc-root)",
+        "/proc as --proc-root)"
     ),
-    "docker-unknown": (
-        "docker",
+    Reason.DOCKER_UNKNOWN: (
         "sits in a Docker container that the Docker API gpuledger reads does not know (is "
-        "--docker the daemon that runs it? rootless and rootful daemons differ)",
+        "--docker the daemon that runs it? rootless and rootful daemons differ)"
     ),
-    "podman-unknown": (
-        "podman",
+    Reason.PODMAN_UNKNOWN: (
         "sits in a Podman container that the Podman API gpuledger reads does not know (is "
-        "--podman the service that runs it? each user has its own socket)",
+        "--podman the service that runs it? each user has its own socket)"
     ),
-    "nomad-lookup": (
-        "nomad",
+    Reason.NOMAD_LOOKUP: (
         "belongs to an allocation Nomad did not list and did not answer for when asked on its "
-        "own (GET /v1/allocation/<id>)",
+        "own (GET /v1/allocation/<id>)"
     ),
 }
 _SOURCE_LABEL = {
@@ -162,13 +159,13 @@ class _Judge:
                 yield found
 
     def gpu(self, lgpu: LedgerGpu) -> Iterator[Finding]:
-        judged: set[tuple[Verdict, str, str]] = set()
+        judged: set[tuple[Verdict, Reason | None, str]] = set()
         for tenant in lgpu.tenants:
             if tenant.verdict is _OWN:
                 continue  # a process of the allocation that reserved the GPU: nothing to say
             # Processes of one task (or container, or source) are one finding: the first,
             # lowest PID speaks for them, and the others cost nothing.
-            mark = (tenant.verdict, tenant.why, _owner(tenant))
+            mark = (tenant.verdict, tenant.reason, _owner(tenant))
             if mark in judged:
                 continue
             judged.add(mark)
@@ -184,85 +181,113 @@ class _Judge:
         return self.policy.rule(code, self.node, namespace, job)
 
     def tenant(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
-        where = f"GPU {lgpu.gpu.index}"
-        who = f"{t.process or 'a process'} (pid {t.pid})"
-        if t.verdict is Verdict.UNRESERVED and t.alloc is not None:
-            rule = self.rule(Code.UNRESERVED_TENANT, t.alloc.namespace, t.alloc.job)
-            if t.alloc_visible:
-                what = (
-                    f"{who} of allocation {t.alloc.id} ({_alloc_words(t)}) runs on {where}, "
-                    "which that allocation did not reserve"
-                )
-            else:
-                what = (
-                    f"{who} of allocation {t.alloc.id} runs on {where}, but Nomad no longer "
-                    "knows that allocation (404): its task outlived it and holds the GPU"
-                )
-            return self.finding(
-                Code.UNRESERVED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
-            )
+        """The finding one tenant gives, by its verdict; ``None`` for nothing to say."""
+        if t.verdict is Verdict.UNRESERVED:
+            return self.unreserved(lgpu, t)
         if t.verdict is Verdict.UNMANAGED:
-            rule = self.rule(Code.UNMANAGED_TENANT, None, None)
-            if _exempt(t, rule):
-                return None
-            inside = (
-                f"in {t.container.runtime} container {t.container.name!r}"
-                if t.container
-                else "on the host"
-            )
-            what = f"{who} {inside} runs on {where} outside every Nomad allocation"
-            return self.finding(
-                Code.UNMANAGED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
-            )
-        if t.verdict is Verdict.HIDDEN and t.alloc is not None:
-            ns = t.alloc.namespace
-            rule = self.rule(Code.SOURCE_UNAVAILABLE, ns, t.alloc.job)
-            scope = f"namespace {ns!r}" if ns else "its namespace (no label tells which)"
-            what = (
-                f"Nomad hid allocation {t.alloc.id} of {who} on {where}: the token lacks "
-                f'read-job on {scope}; grant it (namespace "{ns or "*"}" '
-                '{ capabilities = ["read-job"] }) so the GPU can be judged'
-            )
-            return self.finding(
-                Code.SOURCE_UNAVAILABLE, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
-            )
-        if t.verdict is Verdict.UNDECIDED and t.why in _RUNTIME_FLAGS:
-            return self.runtime_off(lgpu, t, who, where)
-        if t.verdict is Verdict.UNDECIDED and t.why in _UNTRACED:
-            source, why = _UNTRACED[t.why]
-            what = f"{who} on {where} {why}, so the GPU cannot be judged"
-            if t.why == "nomad-lookup" and t.alloc is not None:
-                what = (
-                    f"{who} on {where} {why} (allocation {t.alloc.id}), so the GPU cannot be judged"
-                )
-            rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None)
-            return self.finding(
-                Code.SOURCE_UNAVAILABLE,
-                rule,
-                lgpu.gpu.uuid,
-                f"source:{t.why}",
-                what,
-                {"source": source, **_subject(t)},
-            )
+            return self.unmanaged(lgpu, t)
+        if t.verdict is Verdict.HIDDEN:
+            return self.hidden(lgpu, t)
+        if t.verdict is Verdict.UNDECIDED and t.reason in _RUNTIME_FLAGS:
+            return self.runtime_off(lgpu, t, t.reason)
+        if t.verdict is Verdict.UNDECIDED and t.reason in _UNTRACED:
+            return self.untraced(lgpu, t, t.reason)
+        # Undecided for a source that failed as a whole (/proc, Nomad) or for MIG: the
+        # source's own finding (or the GPU's unknown state) says it once.
         return None
 
-    def runtime_off(self, lgpu: LedgerGpu, t: Tenant, who: str, where: str) -> Finding | None:
+    def unreserved(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
+        """A process of an allocation on a GPU that allocation did not reserve."""
+        if t.alloc is None:
+            return None
+        rule = self.rule(Code.UNRESERVED_TENANT, t.alloc.namespace, t.alloc.job)
+        who = _who(t)
+        if t.alloc_visible:
+            what = (
+                f"{who} of allocation {t.alloc.id} ({_alloc_words(t)}) runs on "
+                f"{_where(lgpu)}, which that allocation did not reserve"
+            )
+        else:
+            what = (
+                f"{who} of allocation {t.alloc.id} runs on {_where(lgpu)}, but Nomad no longer "
+                "knows that allocation (404): its task outlived it and holds the GPU"
+            )
+        return self.finding(
+            Code.UNRESERVED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
+        )
+
+    def unmanaged(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
+        """A host process or a non-Nomad container on a GPU, unless the policy exempts it."""
+        rule = self.rule(Code.UNMANAGED_TENANT, None, None)
+        if _exempt(t, rule):
+            return None
+        inside = (
+            f"in {t.container.runtime} container {t.container.name!r}"
+            if t.container
+            else "on the host"
+        )
+        what = f"{_who(t)} {inside} runs on {_where(lgpu)} outside every Nomad allocation"
+        return self.finding(
+            Code.UNMANAGED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
+        )
+
+    def hidden(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
+        """A task whose allocation the token may not read: the GPU cannot be judged."""
+        if t.alloc is None:
+            return None
+        ns = t.alloc.namespace
+        rule = self.rule(Code.SOURCE_UNAVAILABLE, ns, t.alloc.job)
+        scope = f"namespace {ns!r}" if ns else "its namespace (no label tells which)"
+        what = (
+            f"Nomad hid allocation {t.alloc.id} of {_who(t)} on {_where(lgpu)}: the token lacks "
+            f'read-job on {scope}; grant it (namespace "{ns or "*"}" '
+            '{ capabilities = ["read-job"] }) so the GPU can be judged'
+        )
+        return self.finding(
+            Code.SOURCE_UNAVAILABLE, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
+        )
+
+    def untraced(self, lgpu: LedgerGpu, t: Tenant, reason: Reason) -> Finding | None:
+        """A process gpuledger cannot trace to its owner: the GPU cannot be judged."""
+        why = _UNTRACED[reason]
+        what = f"{_who(t)} on {_where(lgpu)} {why}, so the GPU cannot be judged"
+        if reason is Reason.NOMAD_LOOKUP and t.alloc is not None:
+            what = (
+                f"{_who(t)} on {_where(lgpu)} {why} (allocation {t.alloc.id}), so the GPU "
+                "cannot be judged"
+            )
+        rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None)
+        return self.finding(
+            Code.SOURCE_UNAVAILABLE,
+            rule,
+            lgpu.gpu.uuid,
+            f"source:{reason.value}",
+            what,
+            {"source": reason.source.value, **_subject(t)},
+        )
+
+    def runtime_off(self, lgpu: LedgerGpu, t: Tenant, reason: Reason) -> Finding | None:
         """A container process on a GPU whose runtime is off: the GPU cannot be judged.
 
         A runtime that is on and failed already has its own finding; one that is off is not an
         error until a GPU process sits in one of its containers.
         """
-        status = self.ledger.sources.get(SourceName(t.why))
+        status = self.ledger.sources.get(reason.source)
         if status is None or status.enabled:
             return None
-        label = _SOURCE_LABEL[SourceName(t.why)]
+        label = _SOURCE_LABEL[reason.source]
         what = (
-            f"{who} on {where} runs in a {label} container, but {label} is off, so the GPU "
-            f"cannot be judged: pass {_RUNTIME_FLAGS[t.why]}"
+            f"{_who(t)} on {_where(lgpu)} runs in a {label} container, but {label} is off, so "
+            f"the GPU cannot be judged: pass {_RUNTIME_FLAGS[reason]}"
         )
         rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None)
         return self.finding(
-            Code.SOURCE_UNAVAILABLE, rule, lgpu.gpu.uuid, f"source:{t.why}", what, {"source": t.why}
+            Code.SOURCE_UNAVAILABLE,
+            rule,
+            lgpu.gpu.uuid,
+            f"source:{reason.value}",
+            what,
+            {"source": reason.source.value},
         )
 
     def reserved_idle(self, lgpu: LedgerGpu) -> Finding | None:
@@ -397,6 +422,14 @@ def _exempt(t: Tenant, rule: Rule) -> bool:
         name in labels and fnmatch.fnmatchcase(labels[name], glob)
         for name, glob in rule.ignore_labels.items()
     )
+
+
+def _who(t: Tenant) -> str:
+    return f"{t.process or 'a process'} (pid {t.pid})"
+
+
+def _where(lgpu: LedgerGpu) -> str:
+    return f"GPU {lgpu.gpu.index}"
 
 
 def _alloc_words(t: Tenant) -> str:

@@ -17,14 +17,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuledger.errors import PolicyError
+from gpuledger.errors import PolicyError, YamlSyntaxError
 from gpuledger.model import Code, Level
 from gpuledger.policy.globs import CONTAINER, JOB, NAMESPACE, NODE, PROCESS, why_unmatchable
 from gpuledger.policy.located import (
     JsonPath,
     Located,
     Problem,
-    YamlSyntaxError,
     read_yaml,
     schema_problems,
 )

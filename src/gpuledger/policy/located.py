@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from gpuledger.errors import YamlSyntaxError
+
 if TYPE_CHECKING:
     import jsonschema  # type: ignore[import-untyped]  # no stubs in the test extra
 
@@ -38,10 +40,6 @@ class Problem:
     def render(self, source: str) -> str:
         """``FILE:LINE:COLUMN: key: what is wrong``."""
         return f"{source}:{self.line}:{self.column}: {self.key}: {self.what}"
-
-
-class YamlSyntaxError(ValueError):
-    """The text is not YAML; the message names the file, line and column."""
 
 
 @dataclass

@@ -6,7 +6,7 @@ go-codec encodes them, plain-text error bodies. It shares no code with the colle
 
 Access control is asked one question per endpoint (may this token use this capability in this
 namespace?): :class:`Access` holds simple rules (one token, hidden namespaces), and
-``gpuledger.sim.nomad_acl.AclAccess`` real tokens and policies, without touching the routes.
+the tests' ``nomad_acl.AclAccess`` real tokens and policies, without touching the routes.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class AccessControl(Protocol):
 class Access:
     """Simple rules: one required token, and namespaces no token may read.
 
-    ``gpuledger.sim.nomad_acl.AclAccess`` is the real thing: tokens bound to policies.
+    The tests' ``nomad_acl.AclAccess`` is the real thing: tokens bound to policies.
     """
 
     required_token: str | None = None

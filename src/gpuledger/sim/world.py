@@ -12,6 +12,8 @@ labels}], ``processes`` [{pid, gpu, name, used_memory, cmdline, owner}], where `
 ``{container: key}``, ``{nomad_exec: {alloc, task}}`` or ``{host: true}``; ``vanished: true`` leaves
 a process out of /proc, ``listed_calls: N`` lists it in the driver's first N process queries only
 (it exits between two reads), and a container with ``exited: true`` is unknown to its runtime.
+``drift`` [{title, add_processes, remove_processes, gpus: {uuid: changes}}] lists the phases a
+demo cycles through, each a change of the node as the scenario begins (``drift_phases``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,21 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     if not isinstance(data, dict):
         raise TypeError(f"{name_or_path}: a scenario must be a mapping")
     return data
+
+
+def drift_phases(scenario: Scenario) -> list[tuple[str, dict[str, Any]]]:
+    """Each drift phase's title and the scenario keys it sets, worked out from the start."""
+    start_processes = list(scenario.get("processes", []))
+    start_gpus = list(scenario.get("gpus", []))
+    phases = []
+    for phase in scenario.get("drift", []):
+        removed = set(phase.get("remove_processes", []))
+        changed = phase.get("gpus", {})
+        processes = [p for p in start_processes if p["pid"] not in removed]
+        processes += phase.get("add_processes", [])
+        gpus = [{**g, **changed.get(g["uuid"], {})} for g in start_gpus]
+        phases.append((str(phase["title"]), {"processes": processes, "gpus": gpus}))
+    return phases
 
 
 def container_id(key: str) -> str:

@@ -1,1 +1,1 @@
-"""HTTP: the node controller's endpoints and metrics."""
+"""HTTP: the WSGI application over the latest snapshot, and the server that binds it."""

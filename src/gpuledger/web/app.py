@@ -1,9 +1,9 @@
 """The node controller's HTTP endpoints, as a WSGI application over the latest snapshot.
 
 ``/ledger``, ``/findings``, ``/metrics``, ``/healthz`` and a placeholder ``/``. A request never
-reads a source: it renders (once per snapshot) the snapshot the loop last published. Every
-endpoint answers GET and HEAD only, and every answer, errors included, carries the headers of
-DESIGN §4.
+reads a source: it renders (once per snapshot, kept in a ``RenderCache``) the snapshot the loop
+last published. Every endpoint answers GET and HEAD only, and every answer, errors included,
+carries the security headers (README, "The node controller").
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gpuledger.controller.loop import Snapshot
-from gpuledger.model import Ledger, findings_doc, ledger_doc
-from gpuledger.web import metrics
+from gpuledger.model import Ledger
+from gpuledger.model.contract import findings_doc, ledger_doc
+from gpuledger.views import metrics
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -53,6 +54,29 @@ def _text(status: str, text: str, extra: tuple[tuple[str, str], ...] = ()) -> An
     return Answer(status, text.encode("utf-8"), TEXT, extra)
 
 
+class RenderCache:
+    """Bodies rendered from one snapshot, by name; a newer snapshot starts afresh.
+
+    A snapshot is never changed once published: what is rendered from it lives here, beside
+    it. The pair is swapped whole, so a reader sees one snapshot's bodies or the next's; two
+    requests racing on a new snapshot may both render it, harmlessly.
+    """
+
+    def __init__(self) -> None:
+        self._current: tuple[object | None, dict[str, bytes]] = (None, {})
+
+    def body(self, snapshot: object, name: str, render: Callable[[], bytes]) -> bytes:
+        """The body ``name`` of ``snapshot``, rendered on first request."""
+        owner, bodies = self._current
+        if owner is not snapshot:
+            bodies = {}
+            self._current = (snapshot, bodies)
+        body = bodies.get(name)
+        if body is None:
+            body = bodies[name] = render()
+        return body
+
+
 class App:
     """The WSGI application; ``snapshot()`` returns what the loop last published."""
 
@@ -60,6 +84,7 @@ class App:
         self, snapshot: Callable[[], Snapshot | None], now: Callable[[], datetime]
     ) -> None:
         self.snapshot, self.now = snapshot, now
+        self.cache = RenderCache()
         self.routes: dict[str, Callable[[Snapshot | None, WSGIEnvironment], Answer]] = {
             "/": self.index,
             "/ledger": self.ledger,
@@ -107,17 +132,36 @@ class App:
         return Answer("200 OK", page.encode("utf-8"), "text/html; charset=utf-8")
 
     def ledger(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
-        """The ledger document (DESIGN §4)."""
-        return _json(snap, "ledger", ledger_doc)
+        """The ledger document (README, "JSON contract")."""
+        return self._json(snap, "ledger", ledger_doc)
 
     def findings(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
-        """The findings document (DESIGN §4)."""
-        return _json(snap, "findings", findings_doc)
+        """The findings document (README, "JSON contract")."""
+        return self._json(snap, "findings", findings_doc)
 
     def metrics(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """The metrics, in the exposition format the ``Accept`` header asks for."""
-        body, content_type = metrics.render(snap, environ.get("HTTP_ACCEPT", ""))
+        accept = environ.get("HTTP_ACCEPT", "")
+        _, content_type = metrics.choose_encoder(accept)
+        if snap is None:
+            body, _ = metrics.render(None, accept)
+        else:
+            body = self.cache.body(
+                snap, f"metrics {content_type}", lambda: metrics.render(snap, accept)[0]
+            )
         return Answer("200 OK", body, content_type)
+
+    def _json(
+        self, snap: Snapshot | None, name: str, document: Callable[[Ledger], dict[str, object]]
+    ) -> Answer:
+        if snap is None:
+            return _text("503 Service Unavailable", STARTING)
+        ledger = snap.ledger
+
+        def render() -> bytes:
+            return (json.dumps(document(ledger), indent=2) + "\n").encode("utf-8")
+
+        return Answer("200 OK", self.cache.body(snap, name, render), JSON)
 
     def healthz(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """200 ``ok``, or 503 and one line per failing source (or history, or stale loop)."""
@@ -127,16 +171,3 @@ class App:
         if problems:
             return _text("503 Service Unavailable", "".join(f"{p}\n" for p in problems))
         return _text("200 OK", "ok\n")
-
-
-def _json(
-    snap: Snapshot | None, name: str, document: Callable[[Ledger], dict[str, object]]
-) -> Answer:
-    if snap is None:
-        return _text("503 Service Unavailable", STARTING)
-    body = snap.rendered.get(name)
-    if body is None:
-        # Rendered once per snapshot; a race renders twice, harmlessly.
-        body = (json.dumps(document(snap.ledger), indent=2) + "\n").encode("utf-8")
-        snap.rendered[name] = body
-    return Answer("200 OK", body, JSON)

@@ -1,0 +1,236 @@
+"""``gpuledger demo``: a simulated node served on localhost, drifting as real nodes do.
+
+The demo starts the simulated world (fake nvidia-smi, /proc, Docker, Podman and Nomad), runs
+the real ``gpuledger serve`` against it as a child process, prints the URLs to open, and then
+changes the world on a cycle: a tenant arrives on a GPU it did not reserve, then a reservation
+goes idle, then the node is back as it began. ``--json`` prints the ledger and findings of one
+read instead, and exits.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import TextIO
+
+from gpuledger import __version__
+from gpuledger.collectors.nomad import NomadSettings
+from gpuledger.controller.clock import SystemClock
+from gpuledger.controller.node import one_shot
+from gpuledger.controller.sources import SourceConfig
+from gpuledger.model import Ledger
+from gpuledger.model.contract import findings_doc, ledger_doc
+from gpuledger.policy.load import parse_policy
+from gpuledger.sim.world import World, drift_phases, load_scenario
+
+DEMO_LISTEN = "127.0.0.1:9877"
+DEMO_INTERVAL = "2s"
+DRIFT_EVERY_S = 20.0
+SERVE_POLICY = """\
+# The demo's policy: the built-in one, except that idle time counts after 30 s instead of 6 h,
+# so that reserved-idle and held-idle open while you watch.
+version: 1
+exit_on: BAD
+findings:
+  reserved-idle: {after: 30s}
+  held-idle: {after: 30s, below_percent: 5}
+"""
+ENDPOINTS = (
+    ("", "this page, a placeholder for now"),
+    ("ledger", "every GPU: state, since when, reservation, tenants (JSON)"),
+    ("findings", "what drifted, worst first (JSON)"),
+    ("metrics", "for Prometheus: GPU states, GPU-seconds per job, findings"),
+    ("healthz", "ok, or the sources that fail"),
+)
+
+
+def demo_policy_text() -> str:
+    """The one-shot demo's policy: idle time counts at once, since one read has no history."""
+    return (
+        resources.files("gpuledger.sim")
+        .joinpath("scenarios")
+        .joinpath("demo-policy.yaml")
+        .read_text(encoding="utf-8")
+    )
+
+
+def world_config(world: World) -> SourceConfig:
+    """Sources pointing at a simulated world, as its ``cli_args`` would."""
+    return SourceConfig(
+        gpu_backend="nvidia-smi",
+        nvidia_smi=str(world.nvidia_smi),
+        proc_root=world.proc_root,
+        docker=f"unix://{world.docker.socket_path}",
+        podman=f"unix://{world.podman.socket_path}",
+        nomad=NomadSettings(addr=world.nomad_url, node_id=world.node_id),
+    )
+
+
+def run_demo(
+    out: TextIO,
+    as_json: bool = False,
+    *,
+    stop: threading.Event | None = None,
+    listen: str | None = None,
+    drift_every: float = DRIFT_EVERY_S,
+) -> int:
+    """Serve the drifting demo node until Ctrl-C (or ``stop``); ``as_json``: one read."""
+    with tempfile.TemporaryDirectory(prefix="gpuledger-demo-") as tmp:
+        world = World.start(load_scenario("demo"), Path(tmp))
+        try:
+            if as_json:
+                return _print_once(world, out)
+            return _serve(world, Path(tmp), out, stop or threading.Event(), listen, drift_every)
+        finally:
+            world.stop()
+
+
+def _read_once(world: World) -> Ledger:
+    """One read of the world, judged by the one-shot demo policy."""
+    return one_shot(
+        world_config(world),
+        parse_policy(demo_policy_text(), "demo-policy.yaml"),
+        node_name=str(world.scenario["node"]["name"]),
+        at=SystemClock().now().replace(microsecond=0),
+        version=__version__,
+    )
+
+
+def _print_once(world: World, out: TextIO) -> int:
+    ledger = _read_once(world)
+    json.dump({"ledger": ledger_doc(ledger), "findings": findings_doc(ledger)}, out, indent=2)
+    out.write("\n")
+    return 0
+
+
+def _serve(
+    world: World,
+    tmp: Path,
+    out: TextIO,
+    stop: threading.Event,
+    listen: str | None,
+    drift_every: float,
+) -> int:
+    policy = tmp / "demo-serve-policy.yaml"
+    policy.write_text(SERVE_POLICY, encoding="utf-8")
+    flags = [
+        "--listen",
+        listen or (DEMO_LISTEN if _free(DEMO_LISTEN) else "127.0.0.1:0"),
+        "--interval",
+        DEMO_INTERVAL,
+        "--policy",
+        str(policy),
+        "--history",
+        str(tmp / "history.json"),
+        "--node-name",
+        str(world.scenario["node"]["name"]),
+        *world.cli_args(),
+    ]
+    _show_once(world, out)
+    # The very command a user runs on a real node; its log (JSON lines, as on a real node
+    # whose log is collected) is relayed here as one line per finding opened or resolved.
+    child = subprocess.Popen(
+        [sys.executable, "-m", "gpuledger", "serve", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stderr is not None  # noqa: S101 - stderr is a pipe
+    relay = threading.Thread(target=_relay, args=(child.stderr, out), daemon=True)
+    relay.start()
+    try:
+        url = _first_url(child)
+        if url is None:
+            out.write("gpuledger demo: gpuledger serve did not start (see its message above)\n")
+            return 1
+        _introduce(out, url, drift_every)
+        phases = drift_phases(world.scenario)
+        step = 0
+        while phases and not stop.wait(drift_every) and child.poll() is None:
+            step = (step + 1) % len(phases)
+            title, change = phases[step]
+            world.update(**change)
+            out.write(f"gpuledger demo: {title}\n")
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+        child.wait(timeout=30)
+    return 0
+
+
+def _free(listen: str) -> bool:
+    """Whether ``HOST:PORT`` can be listened on now."""
+    host, _, port = listen.rpartition(":")
+    with socket.socket() as s:
+        try:
+            s.bind((host, int(port)))
+        except OSError:
+            return False
+    return True
+
+
+def _show_once(world: World, out: TextIO) -> None:
+    """What ``gpuledger ls`` and ``gpuledger check`` print for the node, once, to start with."""
+    from gpuledger.views.table import render_findings, render_ledger  # noqa: PLC0415
+
+    ledger = _read_once(world)
+    out.write("$ gpuledger ls\n" + render_ledger(ledger))
+    out.write("\n$ gpuledger check\n" + render_findings(ledger) + "\n")
+    out.flush()
+
+
+_RELAYED = {"finding.opened": "opened  ", "finding.resolved": "resolved"}
+
+
+def _relay(log: TextIO, out: TextIO) -> None:
+    """Show the serve log's finding transitions and failures; keep the rest of it quiet."""
+    for line in log:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            out.write(line)  # not a log event: an error message, shown as it is
+            continue
+        name = event.get("event", "")
+        if name in _RELAYED:
+            what = event.get("message") or f"on {event.get('gpu') or 'the node'}"
+            out.write(
+                f"  {_RELAYED[name]} {event.get('level', ''):<5} {event.get('code', '')}: {what}\n"
+            )
+        elif name in ("source.read_failed", "policy.reload_failed", "reconcile.crashed"):
+            out.write(f"  {name}: {event.get('error') or event.get('message') or ''}\n")
+        out.flush()
+
+
+def _first_url(child: subprocess.Popen[str]) -> str | None:
+    """The first URL ``gpuledger serve`` says it listens on; None when it exits first."""
+    assert child.stdout is not None  # noqa: S101 - stdout is a pipe
+    for line in child.stdout:
+        if "listening on " in line:
+            return line.rsplit("listening on ", 1)[1].strip()
+    return None
+
+
+def _introduce(out: TextIO, url: str, drift_every: float) -> None:
+    out.write(
+        "A simulated Nomad GPU node (fake nvidia-smi, /proc, Docker, Podman and Nomad), watched "
+        f"by gpuledger serve every {DEMO_INTERVAL}. Open:\n"
+    )
+    for path, what in ENDPOINTS:
+        out.write(f"  {url}{path:<10} {what}\n")
+    out.write(
+        f"\nEvery {drift_every:g} s the node drifts: a training job starts a process on a GPU it "
+        "did not reserve, then its own GPU goes idle, then all is as it began. reserved-idle "
+        "and held-idle open after 30 s.\nOn a real node: gpuledger serve --history "
+        "/var/lib/gpuledger/history.json\nCtrl-C stops the demo.\n\n"
+    )
+    out.flush()

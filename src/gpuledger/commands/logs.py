@@ -1,0 +1,34 @@
+"""How the long-running commands log: structlog events, JSON lines or for a terminal."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any, TextIO
+
+import structlog
+
+
+def configure_logging(stream: TextIO) -> None:
+    """structlog events as JSON lines, or for people when ``stream`` is a terminal."""
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer() if stream.isatty() else structlog.processors.JSONRenderer()
+    )
+    structlog.configure(
+        processors=[
+            _add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        logger_factory=structlog.PrintLoggerFactory(stream),
+        cache_logger_on_first_use=True,
+    )
+
+
+def _add_log_level(
+    logger: Any, method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """The log level as ``log_level`` (as ``structlog.testing`` names it): ``level`` is the
+    finding's level in ``finding.opened``."""
+    event["log_level"] = method
+    return event

@@ -1,0 +1,168 @@
+"""The ledger each case is judged on: built inline from its ``gpus``, or read from a simulated
+node through the real collectors, and the since-whens its ``history`` gives."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuledger import __version__
+from gpuledger.commands.demo import world_config
+from gpuledger.commands.policy_test.suite import Case
+from gpuledger.controller.node import one_shot
+from gpuledger.controller.reconcile import gpu_state
+from gpuledger.model import (
+    AllocRef,
+    Container,
+    Gpu,
+    GpuState,
+    Ledger,
+    LedgerGpu,
+    NodeInfo,
+    Since,
+    SourceName,
+    SourceStatus,
+    Tenant,
+    Verdict,
+)
+from gpuledger.policy.load import parse_duration
+from gpuledger.policy.rules import Policy
+from gpuledger.sim.world import World
+
+AT = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+"""The instant every case is judged at; ``history`` durations count back from it."""
+
+_INLINE_NODE = "node-1"
+
+
+def _alloc(doc: Mapping[str, str] | None) -> AllocRef | None:
+    if doc is None:
+        return None
+    return AllocRef(
+        id=doc["id"],
+        namespace=doc.get("namespace"),
+        job=doc.get("job"),
+        group=doc.get("group"),
+        task=doc.get("task"),
+    )
+
+
+def _tenant(doc: Mapping[str, Any], pid: int, reservation: AllocRef | None) -> Tenant:
+    alloc = _alloc(doc.get("alloc"))
+    if "verdict" in doc:
+        verdict = Verdict(doc["verdict"])
+    elif alloc is None:
+        verdict = Verdict.UNMANAGED
+    elif reservation is not None and alloc.id == reservation.id:
+        verdict = Verdict.OWN
+    else:
+        verdict = Verdict.UNRESERVED
+    container = None
+    if "container" in doc:
+        c = doc["container"]
+        default_id = hashlib.sha256(c["name"].encode()).hexdigest()
+        container = Container(
+            id=c.get("id", default_id), name=c["name"], runtime=c.get("runtime", "docker")
+        )
+    return Tenant(
+        pid=doc.get("pid", pid),
+        process=doc.get("process"),
+        command=doc.get("command"),
+        used_memory_mib=None,
+        container=container,
+        alloc=alloc,
+        alloc_from_name=False,
+        alloc_visible=doc.get("visible", True),
+        verdict=verdict,
+    )
+
+
+def _inline_gpu(doc: Mapping[str, Any]) -> LedgerGpu:
+    index = int(doc["index"])
+    gpu = Gpu(
+        index=index,
+        uuid=doc.get("uuid", f"GPU-{index:08d}-0000-4000-8000-000000000000"),
+        name=doc.get("name", "NVIDIA H200"),
+        utilization_percent=doc.get("utilization"),
+        temperature_c=doc.get("temperature"),
+        thermal_margin_c=doc.get("thermal_margin"),
+        thermal_slowdown=doc.get("thermal_slowdown"),
+        encoder_sessions=doc.get("encoder_sessions"),
+    )
+    reservation = _alloc(doc.get("reservation"))
+    tenants = tuple(
+        _tenant(t, 1000 * (index + 1) + i, reservation)
+        for i, t in enumerate(doc.get("tenants", []))
+    )
+    # The state reconcile would give: its own rule, not a copy of it.
+    state = (
+        GpuState(doc["state"])
+        if "state" in doc
+        else gpu_state(gpu, reservation, tenants, nomad_read=True)
+    )
+    return LedgerGpu(
+        gpu=gpu,
+        state=state,
+        reservation=reservation,
+        tenants=tenants,
+        encoder_cap=doc.get("encoder_cap"),
+    )
+
+
+def inline_ledger(case: Mapping[str, Any]) -> Ledger:
+    sources = {name: SourceStatus.up() for name in SourceName}
+    for name, error in case.get("sources", {}).items():
+        sources[SourceName(name)] = (
+            SourceStatus.off() if error == "off" else SourceStatus.failed(error)
+        )
+    return Ledger(
+        node=NodeInfo(name=case.get("node", _INLINE_NODE), nomad_node_id=None, version=__version__),
+        at=AT,
+        sources=sources,
+        gpus=tuple(_inline_gpu(g) for g in case["gpus"]),
+    )
+
+
+class Scenarios:
+    """Ledgers of simulated nodes, each read once through the real collectors."""
+
+    def __init__(self) -> None:
+        self.ledgers: dict[tuple[str, str | None], Ledger] = {}
+
+    def ledger(self, case: Case, policy: Policy) -> Ledger:
+        assert case.scenario is not None  # noqa: S101 - only scenario cases come here
+        node = case.doc.get("node")
+        key = (str(case.scenario_key), node)
+        if key not in self.ledgers:
+            with tempfile.TemporaryDirectory(prefix="gpuledger-policytest-") as tmp:
+                world = World.start(case.scenario, Path(tmp))
+                try:
+                    self.ledgers[key] = one_shot(
+                        world_config(world),
+                        policy,
+                        node_name=node or str(world.scenario["node"]["name"]),
+                        at=AT,
+                        version=__version__,
+                    )
+                finally:
+                    world.stop()
+        return self.ledgers[key]
+
+
+def since_of(ledger: Ledger, history: Mapping[str, Mapping[str, str]]) -> Since:
+    by_index = {lgpu.gpu.index: lgpu for lgpu in ledger.gpus}
+    gpu_state: dict[str, tuple[GpuState, datetime]] = {}
+    held_idle: dict[str, datetime] = {}
+    for key, spans in history.items():
+        lgpu = by_index.get(int(key))
+        if lgpu is None:
+            continue
+        if "state" in spans:
+            gpu_state[lgpu.gpu.uuid] = (lgpu.state, AT - parse_duration(spans["state"]))
+        if "idle" in spans:
+            held_idle[lgpu.gpu.uuid] = AT - parse_duration(spans["idle"])
+    return Since(gpu_state=gpu_state, held_idle=held_idle)

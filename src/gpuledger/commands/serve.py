@@ -1,0 +1,72 @@
+"""``gpuledger serve``: the node controller's loop in the main thread, HTTP beside it.
+
+SIGTERM and SIGINT end the loop after the tick in progress and the history is written; SIGHUP
+reloads the policy.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import TextIO
+
+from gpuledger import __version__
+from gpuledger.commands.logs import configure_logging
+from gpuledger.controller.clock import SystemClock
+from gpuledger.controller.loop import NodeController, attempt_timeout
+from gpuledger.controller.node import configured_node
+from gpuledger.controller.sources import SourceConfig, Sources
+from gpuledger.model.redact import CommandMode
+from gpuledger.policy.rules import Policy
+from gpuledger.web.app import App
+from gpuledger.web.server import bind, urls
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What ``serve`` is told besides its sources and policy."""
+
+    listen: str
+    interval: timedelta
+    policy_path: Path | None = None
+    history_path: Path | None = None
+    commands: CommandMode = "redacted"
+    node_name: str = ""
+
+
+def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: TextIO) -> int:
+    """Run the node controller until SIGTERM; 0 when it stopped as asked."""
+    configure_logging(sys.stderr)
+    timeout = attempt_timeout(options.interval, config.timeout)
+    clock = SystemClock()
+    controller = NodeController(
+        _sources(config, timeout),
+        policy,
+        configured_node(options.node_name, config, __version__),
+        options.interval,
+        policy_path=options.policy_path,
+        history_path=options.history_path,
+        commands=options.commands,
+        attempt_s=timeout,
+        clock=clock,
+    )
+    server = bind(App(lambda: controller.snapshot, clock.now), options.listen)
+    signal.signal(signal.SIGTERM, lambda *_: controller.stop())
+    signal.signal(signal.SIGINT, lambda *_: controller.stop())
+    signal.signal(signal.SIGHUP, lambda *_: controller.request_reload())
+    threading.Thread(target=server.run, name="http", daemon=True).start()
+    for url in urls(server):
+        out.write(f"gpuledger serve: listening on {url}\n")
+    out.flush()
+    controller.run()
+    return 0
+
+
+def _sources(config: SourceConfig, timeout: float) -> Sources:
+    """The sources with every read bounded by ``timeout``, so a tick fits its interval."""
+    nomad = replace(config.nomad, timeout=timeout) if config.nomad else None
+    return Sources(replace(config, timeout=timeout, nomad=nomad))

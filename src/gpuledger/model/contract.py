@@ -1,0 +1,125 @@
+"""The JSON contract: the documents of ``ls --json``, ``check --json``, ``/ledger``, ``/findings``.
+
+Every document carries ``"schema": SCHEMA``. What bumps it: removing or renaming a key or
+changing its meaning; adding a key does not. Golden files under ``tests/golden`` pin it, and the
+README's "JSON contract" section documents it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import overload
+
+from gpuledger.model.values import AllocRef, Finding, Ledger, LedgerGpu, NodeInfo, Tenant
+
+SCHEMA = 1
+"""The version of the JSON contract."""
+
+
+@overload
+def iso_time(at: datetime) -> str: ...
+@overload
+def iso_time(at: None) -> None: ...
+def iso_time(at: datetime | None) -> str | None:
+    """An instant as every document writes it: ISO 8601, UTC as ``Z``; ``None`` stays ``None``."""
+    return at.isoformat().replace("+00:00", "Z") if at else None
+
+
+def _alloc_doc(ref: AllocRef | None) -> dict[str, str | None] | None:
+    if ref is None:
+        return None
+    return {
+        "allocId": ref.id,
+        "namespace": ref.namespace,
+        "job": ref.job,
+        "group": ref.group,
+        "task": ref.task,
+    }
+
+
+def _tenant_doc(t: Tenant) -> dict[str, object]:
+    alloc = None
+    if t.alloc is not None:
+        alloc = {
+            "id": t.alloc.id,
+            "namespace": t.alloc.namespace,
+            "job": t.alloc.job,
+            "group": t.alloc.group,
+            "task": t.alloc.task,
+        }
+    container = None
+    if t.container is not None:
+        container = {"id": t.container.id, "name": t.container.name, "runtime": t.container.runtime}
+    return {
+        "pid": t.pid,
+        "process": t.process,
+        "command": t.command,
+        "usedMemoryMiB": t.used_memory_mib,
+        "container": container,
+        "alloc": alloc,
+        "allocFromName": t.alloc_from_name,
+        "allocVisible": t.alloc_visible,
+    }
+
+
+def _gpu_doc(lgpu: LedgerGpu) -> dict[str, object]:
+    gpu = lgpu.gpu
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "name": gpu.name,
+        "state": lgpu.state.value,
+        "stateSince": iso_time(lgpu.state_since),
+        "utilizationPercent": gpu.utilization_percent,
+        "memoryUsedMiB": gpu.memory_used_mib,
+        "memoryTotalMiB": gpu.memory_total_mib,
+        "temperatureC": gpu.temperature_c,
+        "thermalMarginC": gpu.thermal_margin_c,
+        "thermalSlowdown": gpu.thermal_slowdown,
+        "encoderSessions": gpu.encoder_sessions,
+        "reservation": _alloc_doc(lgpu.reservation),
+        "tenants": [_tenant_doc(t) for t in lgpu.tenants],
+    }
+
+
+def finding_doc(f: Finding) -> dict[str, object]:
+    """One finding as the JSON contract shows it."""
+    return {
+        "code": f.code.value,
+        "level": f.level.name,
+        "gpu": f.gpu,
+        "node": f.node,
+        "message": f.message,
+        "subject": dict(f.subject),
+        "since": iso_time(f.since),
+    }
+
+
+def node_doc(node: NodeInfo) -> dict[str, str | None]:
+    """The node block shared by every document."""
+    return {"name": node.name, "nomadNodeId": node.nomad_node_id, "version": node.version}
+
+
+def ledger_doc(ledger: Ledger) -> dict[str, object]:
+    """The ledger document of ``ls --json`` and ``/ledger``."""
+    return {
+        "schema": SCHEMA,
+        "node": node_doc(ledger.node),
+        "at": iso_time(ledger.at),
+        "sources": {
+            name.value: {"ok": not s.failing, "error": s.error, "enabled": s.enabled}
+            for name, s in ledger.sources.items()
+        },
+        "gpus": [_gpu_doc(lgpu) for lgpu in ledger.gpus],
+        "findings": [finding_doc(f) for f in ledger.findings],
+    }
+
+
+def findings_doc(ledger: Ledger) -> dict[str, object]:
+    """The findings document of ``check --json`` and ``/findings``."""
+    return {
+        "schema": SCHEMA,
+        "node": node_doc(ledger.node),
+        "worst": ledger.worst.name,
+        "findings": [finding_doc(f) for f in ledger.findings],
+    }

@@ -1,0 +1,423 @@
+"""Value types of the ledger (ARCHITECTURE.md, "Vocabulary").
+
+Everything here is a frozen dataclass or an enum: collectors produce these values, the pure
+``reconcile`` and ``policy.evaluate`` functions combine them, and the outputs render them. This
+module imports nothing of gpuledger's own, so every layer may depend on it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+
+class Level(enum.IntEnum):
+    """How bad a finding is. ``ERROR`` means "cannot see", ``BAD`` means "saw something wrong"."""
+
+    OK = 0
+    WARN = 1
+    BAD = 2
+    ERROR = 3
+
+    @classmethod
+    def parse(cls, text: str) -> Level:
+        """The level named ``text`` (case-insensitive); ``ValueError`` names the allowed ones."""
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            allowed = ", ".join(level.name for level in cls)
+            raise ValueError(f"{text!r} is not one of {allowed}") from None
+
+
+class GpuState(str, enum.Enum):
+    """Exactly one per GPU per tick (README, "GPU states")."""
+
+    HELD = "held"
+    RESERVED_IDLE = "reserved-idle"
+    UNACCOUNTED = "unaccounted"
+    FREE = "free"
+    UNKNOWN = "unknown"
+
+
+class Code(str, enum.Enum):
+    """Finding codes (README, "findings"). Names are stable once released."""
+
+    UNRESERVED_TENANT = "unreserved-tenant"
+    UNMANAGED_TENANT = "unmanaged-tenant"
+    RESERVED_IDLE = "reserved-idle"
+    HELD_IDLE = "held-idle"
+    HOT = "hot"
+    ENCODER_SATURATED = "encoder-saturated"
+    SOURCE_UNAVAILABLE = "source-unavailable"
+    POLICY_INVALID = "policy-invalid"
+    CONTROLLER_MISSING = "controller-missing"
+
+
+Runtime = Literal["docker", "podman"]
+
+# --------------------------------------------------------------------------- observed: GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One physical GPU as the driver reports it. ``None`` is "not reported", never 0."""
+
+    index: int
+    uuid: str
+    name: str
+    utilization_percent: float | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    temperature_c: int | None = None
+    thermal_margin_c: int | None = None
+    thermal_slowdown: bool | None = None
+    encoder_sessions: int | None = None
+    mig_enabled: bool | None = None
+    driver_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """One compute process on one GPU: a host PID, as NVML and nvidia-smi report it."""
+
+    gpu_uuid: str
+    pid: int
+    process_name: str | None = None
+    """argv[0] as the driver reports it; ``None`` for ``[Not Found]`` (another PID namespace)."""
+    used_memory_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """What one read of the GPU driver saw."""
+
+    gpus: tuple[Gpu, ...]
+    processes: tuple[GpuProcess, ...]
+    backend: Literal["nvml", "nvidia-smi"]
+
+
+# --------------------------------------------------------------------------- observed: /proc
+
+
+class OwnerKind(str, enum.Enum):
+    """What a process's cgroup says it belongs to."""
+
+    DOCKER = "docker"
+    PODMAN = "podman"
+    NOMAD_TASK = "nomad-task"
+    """A Nomad exec, raw_exec or java task: the allocation and task are in the cgroup path."""
+    HOST = "host"
+    OTHER_CONTAINER = "other-container"
+    """A container of a runtime gpuledger does not query (containerd/CRI-O under Kubernetes,
+    LXC): not Nomad's, so it is judged as unmanaged."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOwner:
+    """The owner of a process, read from ``/proc/<pid>/cgroup``."""
+
+    kind: OwnerKind
+    container_id: str | None = None
+    alloc_id: str | None = None
+    task: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """A GPU process as ``/proc`` shows it."""
+
+    pid: int
+    owner: ProcessOwner
+    argv: tuple[str, ...]
+    """The command line from ``/proc/<pid>/cmdline``; empty when unreadable (kernel thread)."""
+
+
+# --------------------------------------------------------------------------- observed: containers
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """A container that holds a GPU process, as its runtime's API describes it (its labels are
+    for the join and the policy; the JSON contract shows its id, name and runtime)."""
+
+    id: str
+    name: str
+    runtime: Runtime
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- desired: Nomad
+
+
+TERMINAL_CLIENT_STATUSES = frozenset({"complete", "failed", "lost"})
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A Nomad allocation and the GPUs each of its tasks was given."""
+
+    id: str
+    namespace: str
+    job: str
+    group: str
+    client_status: str
+    gpus_by_task: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Task name → the ``nvidia``/``gpu`` device IDs (GPU or MIG UUIDs) it reserved."""
+
+    @property
+    def terminal(self) -> bool:
+        """A complete, failed or lost allocation reserves nothing."""
+        return self.client_status in TERMINAL_CLIENT_STATUSES
+
+
+class AllocLookup(str, enum.Enum):
+    """What ``/v1/allocation/<id>`` answered for an allocation the node list did not return."""
+
+    VISIBLE = "visible"
+    """200: the allocation exists and this token may read it (e.g. it moved off this node)."""
+    FORBIDDEN = "forbidden"
+    """403: the token lacks ``read-job`` in the allocation's namespace."""
+    GONE = "gone"
+    """404: the allocation no longer exists; its task outlived it."""
+    FAILED = "failed"
+    """Any other answer: nothing can be said."""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocLookupResult:
+    """The answer for one allocation id looked up on its own."""
+
+    status: AllocLookup
+    allocation: Allocation | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NomadView:
+    """Desired state: what Nomad says this node should run."""
+
+    node_id: str
+    allocations: tuple[Allocation, ...]
+    lookups: Mapping[str, AllocLookupResult] = field(default_factory=dict)
+    node_name: str | None = None
+    """The node's ``Name`` in Nomad (``/v1/node/<id>``); ``None`` when Nomad gave none."""
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class SourceName(str, enum.Enum):
+    """The sources of one tick, in the order they are read."""
+
+    GPU = "gpu"
+    PROCFS = "procfs"
+    DOCKER = "docker"
+    PODMAN = "podman"
+    NOMAD = "nomad"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """Whether a source was read this tick: off (``enabled=False``), read, or failing."""
+
+    enabled: bool
+    error: str | None = None
+    """Why a source that is on could not be read; ``None`` when it was read (or is off)."""
+    hint: str | None = None
+    """What the operator should do about ``error``."""
+
+    @classmethod
+    def off(cls) -> SourceStatus:
+        """A source the user turned off (or whose socket does not exist)."""
+        return cls(enabled=False)
+
+    @classmethod
+    def up(cls) -> SourceStatus:
+        """A source read without error."""
+        return cls(enabled=True)
+
+    @classmethod
+    def failed(cls, error: str, hint: str | None = None) -> SourceStatus:
+        """A source that is on and could not be read."""
+        return cls(enabled=True, error=error, hint=hint)
+
+    @property
+    def readable(self) -> bool:
+        """On and read: its facts can be trusted this tick."""
+        return self.enabled and self.error is None
+
+    @property
+    def failing(self) -> bool:
+        """On and not read: a ``source-unavailable`` finding."""
+        return self.enabled and self.error is not None
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+@dataclass(frozen=True, slots=True)
+class AllocRef:
+    """A tenant's or a reservation's allocation as the JSON contract shows it."""
+
+    id: str
+    namespace: str | None
+    job: str | None
+    group: str | None
+    task: str | None
+
+
+class Verdict(str, enum.Enum):
+    """How reconcile judged one tenant; drives the GPU state and the tenant findings."""
+
+    OWN = "own"
+    """A process of an allocation that reserved this GPU."""
+    UNRESERVED = "unreserved"
+    """A process of a known allocation (or of one Nomad says is gone) that did not reserve
+    this GPU."""
+    UNMANAGED = "unmanaged"
+    """A process outside every Nomad allocation: host process or non-Nomad container."""
+    HIDDEN = "hidden"
+    """A Nomad task whose allocation the token may not read (403)."""
+    UNDECIDED = "undecided"
+    """gpuledger cannot tell: Nomad unread, the container's runtime off or failing, /proc
+    unreadable."""
+
+
+class Reason(str, enum.Enum):
+    """Why a tenant is ``HIDDEN`` or ``UNDECIDED``: what kept gpuledger from deciding.
+
+    The values are part of a finding's identity (``source:<value>``), kept in history files:
+    they never change.
+    """
+
+    PROCFS_UNREADABLE = "procfs"
+    """/proc could not be read this tick."""
+    NOT_IN_PROC = "procfs-missing"
+    """The driver lists the PID twice, /proc does not have it: another PID namespace."""
+    DOCKER_UNREAD = "docker"
+    """The process sits in a Docker container, and Docker is off or failing."""
+    PODMAN_UNREAD = "podman"
+    """The process sits in a Podman container, and Podman is off or failing."""
+    DOCKER_UNKNOWN = "docker-unknown"
+    """Alive in /proc, in a Docker container the Docker API read does not know."""
+    PODMAN_UNKNOWN = "podman-unknown"
+    """Alive in /proc, in a Podman container the Podman API read does not know."""
+    NOMAD_UNREAD = "nomad"
+    """Nomad is off or failing: no task is judged on reservations."""
+    NOMAD_FORBIDDEN = "nomad-forbidden"
+    """Nomad answered 403 for the task's allocation: the token lacks ``read-job``."""
+    NOMAD_LOOKUP = "nomad-lookup"
+    """Nomad did not list the task's allocation, and did not answer when asked for it."""
+    MIG = "mig"
+    """The GPU is in MIG mode: reservations name its instances, not the card."""
+
+    @property
+    def source(self) -> SourceName:
+        """The source this reason is about."""
+        return _REASON_SOURCE[self]
+
+
+_REASON_SOURCE = {
+    Reason.PROCFS_UNREADABLE: SourceName.PROCFS,
+    Reason.NOT_IN_PROC: SourceName.PROCFS,
+    Reason.DOCKER_UNREAD: SourceName.DOCKER,
+    Reason.PODMAN_UNREAD: SourceName.PODMAN,
+    Reason.DOCKER_UNKNOWN: SourceName.DOCKER,
+    Reason.PODMAN_UNKNOWN: SourceName.PODMAN,
+    Reason.NOMAD_UNREAD: SourceName.NOMAD,
+    Reason.NOMAD_FORBIDDEN: SourceName.NOMAD,
+    Reason.NOMAD_LOOKUP: SourceName.NOMAD,
+    Reason.MIG: SourceName.GPU,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """One process on one GPU, traced as far as the sources allow."""
+
+    pid: int
+    process: str | None
+    command: str | None
+    used_memory_mib: int | None
+    container: Container | None
+    alloc: AllocRef | None
+    alloc_from_name: bool
+    alloc_visible: bool
+    verdict: Verdict
+    reason: Reason | None = None
+    """For ``HIDDEN`` and ``UNDECIDED``: what kept gpuledger from deciding."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerGpu:
+    """One GPU of the ledger: the driver's facts, its state, reservation and tenants."""
+
+    gpu: Gpu
+    state: GpuState
+    reservation: AllocRef | None
+    tenants: tuple[Tenant, ...]
+    state_since: datetime | None = None
+    encoder_cap: int | None = None
+    """The card's published NVENC session cap, when it has one (``model/cards.py``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """The node a ledger describes."""
+
+    name: str
+    nomad_node_id: str | None
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One drift, judged by the policy."""
+
+    code: Code
+    level: Level
+    gpu: str | None
+    node: str
+    message: str
+    subject: Mapping[str, str | int | None]
+    since: datetime | None = None
+    owner: str = ""
+    """The identity part that is neither code nor GPU: allocation and task, else the
+    container, else the host command name, else the source. Never the PID."""
+
+    @property
+    def key(self) -> tuple[str, str | None, str]:
+        """The finding's identity, stable across restarts of a crash-looping task."""
+        return (self.code.value, self.gpu, self.owner)
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """The joined state of one node at one instant."""
+
+    node: NodeInfo
+    at: datetime
+    sources: Mapping[SourceName, SourceStatus]
+    gpus: tuple[LedgerGpu, ...]
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def worst(self) -> Level:
+        """The highest level among the findings, ``OK`` when there are none."""
+        return max((f.level for f in self.findings), default=Level.OK)
+
+
+@dataclass(frozen=True, slots=True)
+class Since:
+    """Since when each GPU has been in its state and each finding open.
+
+    The pure policy evaluation reads it; ``controller/history.py`` only persists it. Without
+    a history every mapping is empty and durations are unknown.
+    """
+
+    gpu_state: Mapping[str, tuple[GpuState, datetime]] = field(default_factory=dict)
+    held_idle: Mapping[str, datetime] = field(default_factory=dict)
+    findings: Mapping[tuple[str, str | None, str], datetime] = field(default_factory=dict)
