@@ -211,9 +211,9 @@ def wait_for(port: int) -> None:
 def bench_tick_cpu(repeat: int = 500) -> dict[str, float]:
     """CPU seconds of one join + evaluation (and of the whole judged tick with its history)."""
     from gpuledger.controller import history as hist  # noqa: PLC0415
-    from gpuledger.controller.reconcile import reconcile  # noqa: PLC0415
+    from gpuledger.controller.reconcile import JoinMemo, reconcile  # noqa: PLC0415
     from gpuledger.model import NodeInfo, Since  # noqa: PLC0415
-    from gpuledger.policy.evaluate import evaluate  # noqa: PLC0415
+    from gpuledger.policy.evaluate import JudgeMemo, evaluate  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415
 
     node, policy = fake_node(), default_policy()
@@ -234,15 +234,22 @@ def bench_tick_cpu(repeat: int = 500) -> dict[str, float]:
             best = min(best, (time.process_time() - start) / batch)
         return best
 
-    join_eval = cpu(lambda i: evaluate(reconcile(*reads[i], info, at), policy, Since(), at))
+    # The memos are the loop's: they live from tick to tick, as in `gpuledger serve`.
+    memo, judge_memo = JoinMemo(), JudgeMemo()
+    join_eval = cpu(
+        lambda i: evaluate(
+            reconcile(*reads[i], info, at, memo=memo), policy, Since(), at, judge_memo
+        )
+    )
     history = hist.History(interval=timedelta(seconds=15))
     judged = cpu(
         lambda i: hist.judge_with(
-            reconcile(*reads[i], info, at + timedelta(seconds=15 * i)),
+            reconcile(*reads[i], info, at + timedelta(seconds=15 * i), memo=memo),
             policy,
             history,
             at + timedelta(seconds=15 * i),
             timedelta(seconds=15),
+            memo=judge_memo,
         )
     )
     return {"join_eval": join_eval, "judged": judged}

@@ -2,7 +2,7 @@
 
 Both run from one temporary folder (``/tmp/gl-…``: unix socket paths must stay under 108 bytes)
 with their own storage, state and sockets, so nothing of the machine's own engines is used or
-touched (DESIGN §6):
+touched (ARCHITECTURE.md, "Tests"):
 
 - ``dockerd`` from Debian's ``docker.io``: ``--host unix://…``, ``--data-root``, ``--exec-root``,
   ``--pidfile``, ``--config-file`` (an empty one: a machine's ``/etc/docker/daemon.json`` must not

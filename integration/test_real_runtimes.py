@@ -3,8 +3,8 @@
 Containers shaped like Nomad's Docker and Podman drivers run ``sleep`` in the real runtimes;
 the fake ``nvidia-smi`` lists their real host PIDs on chosen GPUs and the fake Nomad returns the
 matching allocations. ``gpuledger ls --json`` runs as a subprocess on the real ``/proc`` and
-the real runtimes' sockets. Every expected value below was worked out by hand from DESIGN §3
-and the placements written next to it.
+the real runtimes' sockets. Every expected value below was worked out by hand from the README's
+GPU states and the placements written next to it.
 
 (Named ``test_real_runtimes.py``: ``tests/test_runtimes.py`` holds the basename
 ``test_runtimes`` in pytest's default import mode.)
@@ -63,7 +63,7 @@ ALLOCATIONS: list[dict[str, Any]] = [
      "tasks": {"risk": [GPUS[6]]}},
 ]  # fmt: skip
 
-# Nomad's Docker driver with `extra_labels = ["*"]` (notes/containers.md §5).
+# Nomad's Docker driver with `extra_labels = ["*"]`.
 TRAINER_LABELS = {
     "com.hashicorp.nomad.alloc_id": A_TRAIN,
     "com.hashicorp.nomad.job_id": "train-llm",
@@ -253,7 +253,7 @@ def test_cgroup_layouts_are_the_cgroupfs_ones(scene: dict[str, Started]) -> None
         assert _v1_paths(podman_text) == {f"/libpod_parent/libpod-{scene[key].id}"}, podman_text
     host_text = cgroup_of(scene["host"].pid)
     assert "docker" not in host_text and "libpod" not in host_text
-    # Podman's monitor sits beside its container, in `<parent>/conmon` (notes §1.4);
+    # Podman's monitor sits beside its container, in `<parent>/conmon`;
     # Docker's shim stays outside the container's cgroup.
     # (podman moves it in the resource controllers only: name=systemd and 0:: stay at /)
     conmon_text = cgroup_of(_parent(scene["jupyter"].pid))

@@ -1,8 +1,8 @@
 """A hand-written fake of the ``pynvml`` module, played from the fake nvidia-smi's state dict.
 
-NVML is a C library with no server to fake, so this is the seam (STYLE.md): a module object with
-the functions the collector calls, shaped as ``nvidia-ml-py`` 13.x returns them (notes/nvidia.md
-§4): the real ``pynvml.NVMLError_*`` classes, bytes for ``PciInfo.busId``, bytes for memory,
+NVML is a C library with no server to fake, so this is the seam: a module object with the
+functions the collector calls, shaped as ``nvidia-ml-py`` 13.x returns them: the real
+``pynvml.NVMLError_*`` classes, bytes for ``PciInfo.busId``, bytes for memory,
 ``usedGpuMemory`` ``None`` when not available, GI/CI ids 0xFFFFFFFF outside MIG, encoder stats
 as ``(count, fps, latency)``. ``legacy_fields`` plays a pre-535 driver: no
 ``nvmlDeviceGetMarginTemperature``, ``…ClocksEventReasons`` or ``…MemoryInfo_v2`` symbols.

@@ -1,7 +1,7 @@
 """Nomad's ACL system for the fake Nomad: policies in Nomad's policy language, tokens, identities.
 
-What it follows (``notes/nomad-consul.md`` §3 and Nomad's ACL policy reference,
-``docs/other-specifications/acl-policy.mdx``):
+What it follows (Nomad's ACL policy reference, ``docs/other-specifications/acl-policy.mdx``,
+and ``nomad/acl`` in hashicorp/nomad):
 
 - A policy is HCL: ``namespace "<glob>" { policy = "read" capabilities = [...] }`` (no label:
   ``default``), ``node { policy = ... }``, ``agent { policy = ... }``, and other rules gpuledger

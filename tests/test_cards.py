@@ -1,4 +1,4 @@
-"""NVENC session caps by card and driver branch (notes/nvidia.md §5)."""
+"""NVENC session caps by card and driver branch (the sources are in ``model/cards.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure policy evaluation: every finding of DESIGN §3, its level, identity and thresholds."""
+"""The pure policy evaluation: every finding code, its level, identity and thresholds."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
     Tenant,
+    TenantFacts,
     Verdict,
 )
 from gpuledger.policy.evaluate import evaluate
@@ -40,17 +41,16 @@ def tenant(
     process: str = "python3",
     visible: bool = True,
 ) -> Tenant:
-    return Tenant(
-        pid=pid,
+    facts = TenantFacts(
         process=process,
         command=None,
-        used_memory_mib=None,
         container=container,
         alloc=alloc,
         alloc_from_name=False,
         alloc_visible=visible,
         verdict=verdict,
     )
+    return Tenant(pid=pid, used_memory_mib=None, facts=facts)
 
 
 def ledger(

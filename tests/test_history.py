@@ -1,4 +1,5 @@
-"""The history: DESIGN §4 "Counting", the since-whens, and the file (atomic, schema 1, corrupt).
+"""The history: counting (README, "History and counting"), the since-whens, and the file
+(atomic, schema 1, corrupt).
 
 Every expected number below is worked out by hand from the tick times of the test: a tick adds
 the seconds since the previous tick, a gap longer than three intervals adds nothing.

@@ -1,4 +1,4 @@
-"""``/metrics``: every family of DESIGN §4 from a hand-built snapshot, checked sample by sample.
+"""``/metrics``: every family of the README from a hand-built snapshot, checked sample by sample.
 
 Expected values come from the snapshot below: utilisation 92 % is a ratio of 0.92, memory in
 MiB times 2**20 is bytes, counters are the history's seconds.
@@ -28,6 +28,7 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
     Tenant,
+    TenantFacts,
     Verdict,
 )
 from gpuledger.views.metrics import SnapshotCollector, render
@@ -42,10 +43,8 @@ TRAIN = AllocRef(id="a1", namespace="research", job="train", group="g", task="tr
 
 def tenant(pid: int, mib: int | None, **kw: object) -> Tenant:
     base: dict[str, object] = {
-        "pid": pid,
         "process": "python3",
         "command": None,
-        "used_memory_mib": mib,
         "container": None,
         "alloc": None,
         "alloc_from_name": False,
@@ -53,7 +52,7 @@ def tenant(pid: int, mib: int | None, **kw: object) -> Tenant:
         "verdict": Verdict.UNMANAGED,
     }
     base.update(kw)
-    return Tenant(**base)  # type: ignore[arg-type]
+    return Tenant(pid, mib, TenantFacts(**base))  # type: ignore[arg-type]
 
 
 def finding(code: Code, level: Level, gpu: str | None, owner: str) -> Finding:

@@ -1,4 +1,4 @@
-"""The pure join: every GPU state and tenant verdict of DESIGN §3, from plain values."""
+"""The pure join: every GPU state and tenant verdict, from plain values."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The GPUs and their compute processes, read through NVML or through ``nvidia-smi``.
 
 Both backends return the same :class:`~gpuledger.model.GpuReading` for the same machine
-(``notes/nvidia.md`` §1, §2, §4): memory in MiB rounded up as nvidia-smi rounds NVML's bytes,
-``None`` wherever the driver says ``[N/A]``, ``[Not Supported]`` or ``[Not Found]`` (never 0),
-processes under the parent GPU's UUID. Every failure becomes a ``SourceError("gpu", …)``.
+(ARCHITECTURE.md, "Facts that shape the code"): memory in MiB rounded up as nvidia-smi rounds
+NVML's bytes, ``None`` wherever the driver says ``[N/A]``, ``[Not Supported]`` or
+``[Not Found]`` (never 0), processes under the parent GPU's UUID. Every failure becomes a
+``SourceError("gpu", …)``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ _THROTTLE = (
     "clocks_throttle_reasons.sw_thermal_slowdown",
 )
 _ENCODER = ("encoder.stats.sessionCount",)
-# Fields some drivers lack. One unknown field fails the whole query (notes §3.2), so each group
+# Fields some drivers lack. One unknown field fails the whole query (exit 2), so each group
 # is first asked in a call of its own; the old throttle names only when the new ones are refused.
 _OPTIONAL = (_TLIMIT, _EVENT, _THROTTLE, _ENCODER)
 _APPS_QUERY = "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
@@ -53,7 +54,7 @@ _FORMAT = "--format=csv,noheader,nounits"
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 _BUS_ID = re.compile(r"GPU ?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
 
-# NVML return codes, which nvidia-smi also uses as exit statuses (notes §3.1).
+# NVML return codes (nvml.h), which nvidia-smi also uses as exit statuses.
 _NO_PERMISSION = 4
 _DRIVER_NOT_LOADED = 9
 _LIBRARY_NOT_FOUND = 12
@@ -253,7 +254,7 @@ def _cell(text: str) -> str | None:
     """One CSV cell, ``None`` for the driver's "no value" tokens."""
     value = text.strip()
     # [N/A], [Not Supported], [Not Found], [Unknown Error], [Insufficient Permissions]... and
-    # the bare N/A of some fields (notes §1.4): a value the driver does not give, never 0.
+    # the bare N/A of some fields: a value the driver does not give, never 0.
     if not value or value == "N/A" or (value.startswith("[") and value.endswith("]")):
         return None
     return value
@@ -486,7 +487,7 @@ class Nvml:
 
     def _memory(self, handle: Any) -> tuple[int | None, int | None]:
         nv = self._nv
-        # v2 leaves the driver's reserved memory out of "used", as nvidia-smi does (notes §4).
+        # v2 leaves the driver's reserved memory out of "used", as nvidia-smi does.
         info = self._call(
             ("memory_v2", lambda: nv.nvmlDeviceGetMemoryInfo(handle, version=nv.nvmlMemory_v2)),
             ("memory_v1", lambda: nv.nvmlDeviceGetMemoryInfo(handle)),
@@ -536,7 +537,7 @@ class Nvml:
 
 
 def _mib(size: int) -> int:
-    """Bytes to MiB, rounded up as nvidia-smi rounds them (notes §1.4)."""
+    """Bytes to MiB, rounded up as nvidia-smi rounds them."""
     return -(-int(size) // _MIB)
 
 

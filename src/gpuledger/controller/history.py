@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, Since
-from gpuledger.policy.evaluate import evaluate
+from gpuledger.policy.evaluate import JudgeMemo, evaluate
 from gpuledger.policy.rules import Policy
 
 FindingKey = tuple[str, str | None, str]
@@ -147,6 +147,7 @@ def judge_with(
     at: datetime,
     interval: timedelta,
     extra: Iterable[Finding] = (),
+    memo: JudgeMemo | None = None,
 ) -> Judged:
     """Count the tick, fill each GPU's ``state_since``, judge, and date every finding."""
     counted = advance(history, ledger, policy, at, interval)
@@ -154,7 +155,7 @@ def judge_with(
         replace(lgpu, state_since=counted.gpus[lgpu.gpu.uuid].since) for lgpu in ledger.gpus
     )
     dated = replace(ledger, gpus=gpus, findings=())
-    found = [*evaluate(dated, policy, counted.since(), at), *extra]
+    found = [*evaluate(dated, policy, counted.since(), at, memo), *extra]
     found.sort(key=lambda f: (-f.level, f.gpu or "", f.code.value, f.owner))
     findings = tuple(replace(f, since=counted.findings.get(f.key, at)) for f in found)
     now_open = {f.key: f.since or at for f in findings}

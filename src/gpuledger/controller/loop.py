@@ -30,7 +30,7 @@ from gpuledger.controller.sources import Guard
 from gpuledger.errors import HistoryCorruptError, PolicyError, SourceError
 from gpuledger.model import Finding, Ledger, NodeInfo, SourceName, SourceStatus
 from gpuledger.model.redact import CommandMode
-from gpuledger.policy.evaluate import policy_invalid
+from gpuledger.policy.evaluate import JudgeMemo, policy_invalid
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
 
@@ -128,6 +128,7 @@ class NodeController:
         self._failing: dict[SourceName, str] = {}
         self._history_failing = False
         self.memo = JoinMemo()
+        self.judge_memo = JudgeMemo()
         self.history = self._open_history()
 
     # ------------------------------------------------------------------ signals
@@ -188,7 +189,13 @@ class NodeController:
             self.node = replace(self.node, name=node.name)  # keep Nomad's name through outages
         ledger = reconcile(desired, observed, node, at, self.commands, self.memo)
         judged = hist.judge_with(
-            ledger, self.policy, self.history, at, self.interval, self._policy_findings(node)
+            ledger,
+            self.policy,
+            self.history,
+            at,
+            self.interval,
+            self._policy_findings(node),
+            self.judge_memo,
         )
         self.history = judged.history
         self._log_sources(judged.ledger.sources)

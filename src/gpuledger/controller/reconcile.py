@@ -9,10 +9,10 @@ the memo changes how fast a ledger is made, never what it says.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, TypeVar
 
 from gpuledger.model import (
     Allocation,
@@ -34,10 +34,12 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
     Tenant,
+    TenantFacts,
     Verdict,
 )
 from gpuledger.model.cards import encoder_session_cap
 from gpuledger.model.labels import GROUP_LABEL, JOB_LABEL, NAMESPACE_LABEL, alloc_of
+from gpuledger.model.memo import TwoTicks
 from gpuledger.model.redact import CommandMode, redact_argv, short_name
 
 # Enum member lookups cost about 0.1 µs each on Python 3.11, and the join makes several per
@@ -100,40 +102,8 @@ _NOBODY = Claim()
 _UNTRACEABLE = {reason: Claim(reason=reason) for reason in Reason}
 """The claims of processes that cannot be traced, one per reason."""
 
-_K = TypeVar("_K", bound=Hashable)
-_V = TypeVar("_V")
-
-
-class _TwoTicks(Generic[_K, _V]):
-    """A cache that keeps what this tick and the last one used, and forgets the rest.
-
-    Bounded by what the node runs, without a size to tune: ``turn`` at each tick makes this
-    tick's entries last tick's, and what neither used is dropped.
-    """
-
-    __slots__ = ("_last", "_now")
-
-    def __init__(self) -> None:
-        self._now: dict[_K, _V] = {}
-        self._last: dict[_K, _V] = {}
-
-    def get(self, key: _K) -> _V | None:
-        value = self._now.get(key)
-        if value is None:
-            value = self._last.get(key)
-            if value is not None:
-                self._now[key] = value
-        return value
-
-    def put(self, key: _K, value: _V) -> _V:
-        self._now[key] = value
-        return value
-
-    def turn(self) -> None:
-        self._last, self._now = self._now, {}
-
-
 _Judgement = tuple[Verdict, Reason | None, AllocRef | None, bool]
+_FactsKey = tuple[Claim, str | None, bool, str | None, tuple[str, ...] | None, CommandMode]
 
 
 class JoinMemo:
@@ -142,18 +112,22 @@ class JoinMemo:
     Only facts that cannot change while their subject lives: a process's short name and shown
     command (argv is fixed once a process runs), a container's claim (its name and labels are
     fixed at creation), an allocation reference, and — while Nomad's answer is unchanged —
-    the verdict on each claim.
+    each tenant's facts (who it is, and the verdict on it on its GPU).
     """
 
     def __init__(self) -> None:
-        self._names: _TwoTicks[str, str] = _TwoTicks()
-        self._commands: _TwoTicks[tuple[tuple[str, ...], CommandMode], str] = _TwoTicks()
-        self._containers: _TwoTicks[tuple[str, str, str], Claim] = _TwoTicks()
-        self._tasks: _TwoTicks[tuple[str | None, str | None], Claim] = _TwoTicks()
-        self._refs: _TwoTicks[tuple[str, str | None, str | None, str | None, str | None], AllocRef]
-        self._refs = _TwoTicks()
-        self.judged: dict[tuple[Claim, str | None], _Judgement] = {}
-        """The verdict on each claim on each reservation, while Nomad's answer holds."""
+        self._names: TwoTicks[str, str] = TwoTicks()
+        self._commands: TwoTicks[tuple[tuple[str, ...], CommandMode], str] = TwoTicks()
+        self._containers: TwoTicks[tuple[str, str, str], Claim] = TwoTicks()
+        self._tasks: TwoTicks[tuple[str | None, str | None], Claim] = TwoTicks()
+        self._refs: TwoTicks[tuple[str, str | None, str | None, str | None, str | None], AllocRef]
+        self._refs = TwoTicks()
+        self._caps: dict[tuple[str, str | None], int | None] = {}
+        self.desired: tuple[dict[str, Allocation], dict[str, AllocRef]] | None = None
+        """The live allocations by id and the reservations by GPU UUID, while Nomad's answer
+        holds."""
+        self.facts: TwoTicks[_FactsKey, TenantFacts] = TwoTicks()
+        """Each tenant's facts on its GPU, kept while Nomad's answer holds."""
         self._view: NomadView | None = None
 
     def turn(self, view: NomadView | None) -> None:
@@ -161,7 +135,10 @@ class JoinMemo:
         for cache in (self._names, self._commands, self._containers, self._tasks, self._refs):
             cache.turn()
         if view is None or self._view is None or not _same_view(view, self._view):
-            self.judged = {}
+            self.facts.clear()
+            self.desired = None
+        else:
+            self.facts.turn()
         self._view = view
 
     def name(self, process: str) -> str:
@@ -192,6 +169,13 @@ class JoinMemo:
         """An exec task's claim: its allocation and task, from its cgroup path."""
         key = (alloc_id, task)
         return self._tasks.get(key) or self._tasks.put(key, Claim(alloc_id, task))
+
+    def encoder_cap(self, name: str, driver_version: str | None) -> int | None:
+        """The card's published NVENC session cap (``model.cards``), remembered."""
+        key = (name, driver_version)
+        if key not in self._caps:
+            self._caps[key] = encoder_session_cap(name, driver_version)
+        return self._caps[key]
 
     def ref(
         self,
@@ -247,10 +231,13 @@ def gpu_state(
     """The one state of a GPU, from its reservation and its judged tenants."""
     if gpu.mig_enabled or not nomad_read:
         return GpuState.UNKNOWN
-    if any(t.verdict is _HIDDEN or t.verdict is _UNDECIDED for t in tenants):
-        return GpuState.UNKNOWN
+    own = False
+    for tenant in tenants:
+        verdict = tenant.facts.verdict
+        if verdict is _HIDDEN or verdict is _UNDECIDED:
+            return GpuState.UNKNOWN
+        own = own or verdict is _OWN
     if reservation is not None:
-        own = any(t.verdict is _OWN for t in tenants)
         return GpuState.HELD if own else GpuState.RESERVED_IDLE
     return GpuState.UNACCOUNTED if tenants else GpuState.FREE
 
@@ -263,8 +250,10 @@ class _Join:
     ) -> None:
         self.observed, self.view, self.commands, self.memo = observed, view, commands, memo
         memo.turn(view)
-        self.live = {a.id: a for a in view.allocations if not a.terminal} if view else {}
-        self.reserved = self._reservations()
+        if memo.desired is None:
+            self.live = {a.id: a for a in view.allocations if not a.terminal} if view else {}
+            memo.desired = (self.live, self._reservations())
+        self.live, self.reserved = memo.desired
         sources = observed.sources
         procfs = sources.get(SourceName.PROCFS)
         self.proc_read = procfs is None or procfs.readable
@@ -285,35 +274,59 @@ class _Join:
 
     def gpu(self, gpu: Gpu, procs: list[GpuProcess] | tuple[()]) -> LedgerGpu:
         reservation = self.reserved.get(gpu.uuid)
-        mig = bool(gpu.mig_enabled)
-        found = [self.tenant(reservation, p, mig) for p in procs]
-        tenants = tuple(sorted((t for t in found if t is not None), key=_pid))
+        tenants = self.tenants(gpu, reservation, procs)
         return LedgerGpu(
             gpu=gpu,
             state=gpu_state(gpu, reservation, tenants, nomad_read=self.view is not None),
             reservation=reservation,
             tenants=tenants,
-            encoder_cap=encoder_session_cap(gpu.name, gpu.driver_version),
+            encoder_cap=self.memo.encoder_cap(gpu.name, gpu.driver_version),
         )
 
-    def tenant(self, reservation: AllocRef | None, proc: GpuProcess, mig: bool) -> Tenant | None:
-        """The tenant, or None when its process exited between the GPU read and a later read."""
-        info = self.observed.processes.get(proc.pid)
-        claim = self.claim(proc.pid, info)
-        if claim is None:
-            return None
-        verdict, reason, alloc, visible = self.judge(reservation, claim)
+    def tenants(
+        self, gpu: Gpu, reservation: AllocRef | None, procs: list[GpuProcess] | tuple[()]
+    ) -> tuple[Tenant, ...]:
+        """The GPU's tenants by PID; a process that exited between two reads is left out.
+
+        The hot path of a tick: a tenant's facts are looked up by who it is (its claim, its
+        GPU's reservation, its name and argv), and only its PID and memory are new.
+        """
+        reservation_id = reservation.id if reservation else None
+        mig = bool(gpu.mig_enabled)
+        processes, facts_of, commands = self.observed.processes, self.memo.facts, self.commands
+        found = []
+        for proc in procs:
+            info = processes.get(proc.pid)
+            claim = self.claim(proc.pid, info)
+            if claim is None:
+                continue
+            argv = info.argv if info is not None else None
+            key = (claim, reservation_id, mig, proc.process_name, argv, commands)
+            facts = facts_of.get(key) or facts_of.put(
+                key, self._facts(reservation, claim, mig, proc, argv)
+            )
+            found.append(Tenant(proc.pid, proc.used_memory_mib, facts))
+        found.sort(key=_BY_PID)
+        return tuple(found)
+
+    def _facts(
+        self,
+        reservation: AllocRef | None,
+        claim: Claim,
+        mig: bool,
+        proc: GpuProcess,
+        argv: tuple[str, ...] | None,
+    ) -> TenantFacts:
+        verdict, reason, alloc, visible = self._judge(reservation, claim)
         if mig and (verdict is _OWN or verdict is _UNRESERVED):
             # Reservations name MIG instances while the driver names the parent GPU: until MIG
             # is supported a Nomad task there is never judged (no false unreserved-tenant).
             verdict, reason = _UNDECIDED, Reason.MIG
         memo = self.memo
-        process = proc.process_name or (info.argv[0] if info and info.argv else None)
-        return Tenant(
-            pid=proc.pid,
+        process = proc.process_name or (argv[0] if argv else None)
+        return TenantFacts(
             process=memo.name(process) if process else None,
-            command=memo.command(info.argv, self.commands) if info and info.argv else None,
-            used_memory_mib=proc.used_memory_mib,
+            command=memo.command(argv, self.commands) if argv else None,
             container=claim.container,
             alloc=alloc,
             alloc_from_name=claim.from_name and alloc is not None,
@@ -346,14 +359,6 @@ class _Join:
                 return _UNTRACEABLE[unknown]
             return None  # gone between the GPU read and the inspect, and its process with it
         return _NOBODY
-
-    def judge(self, reservation: AllocRef | None, claim: Claim) -> _Judgement:
-        """The verdict on one claim on one GPU (remembered while Nomad's answer holds)."""
-        key = (claim, reservation.id if reservation else None)
-        judged = self.memo.judged.get(key)
-        if judged is None:
-            judged = self.memo.judged[key] = self._judge(reservation, claim)
-        return judged
 
     def _judge(self, reservation: AllocRef | None, claim: Claim) -> _Judgement:
         if claim.reason is not None:
@@ -399,10 +404,7 @@ class _Join:
 
 
 _NO_ANSWER = AllocLookupResult(AllocLookup.FAILED)
-
-
-def _pid(tenant: Tenant) -> int:
-    return tenant.pid
+_BY_PID = operator.attrgetter("pid")
 
 
 def _readable(sources: Mapping[SourceName, SourceStatus], name: SourceName) -> bool:

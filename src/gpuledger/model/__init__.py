@@ -40,6 +40,7 @@ from gpuledger.model.values import (
     SourceName,
     SourceStatus,
     Tenant,
+    TenantFacts,
     Verdict,
 )
 
@@ -70,5 +71,6 @@ __all__ = [
     "SourceName",
     "SourceStatus",
     "Tenant",
+    "TenantFacts",
     "Verdict",
 ]

@@ -105,7 +105,7 @@ def _classify_component(part: str, ancestors: list[str], *, kube: bool) -> Proce
         return ProcessOwner(OwnerKind.PODMAN, container_id=match[1])
     if (match := _DOCKER_SCOPE.match(part)) or (match := _BARE_ID.match(part)):
         # A bare 64-hex component is Docker's cgroupfs layout, with or without the `/docker`
-        # parent (some Debian-era hosts had none, notes §1.2).
+        # parent (some Debian-era hosts had none).
         kind = OwnerKind.OTHER_CONTAINER if kube else OwnerKind.DOCKER
         return ProcessOwner(kind, container_id=match[1])
     if match := _CRI_SCOPE.match(part):

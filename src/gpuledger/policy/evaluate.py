@@ -8,22 +8,27 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuledger.errors import PolicyError
 from gpuledger.model import (
+    AllocRef,
     Code,
     Finding,
     GpuState,
     Ledger,
     LedgerGpu,
+    Level,
     Reason,
     Since,
     SourceName,
     Tenant,
+    TenantFacts,
     Verdict,
 )
+from gpuledger.model.memo import TwoTicks
 from gpuledger.policy.rules import Policy, Rule
 
 _OWN = Verdict.OWN  # bound once: an enum lookup costs ~0.1 us on Python 3.11, per tenant
@@ -60,18 +65,22 @@ _SOURCE_LABEL = {
 }
 
 
-def evaluate(ledger: Ledger, policy: Policy, since: Since, now: datetime) -> tuple[Finding, ...]:
-    """Every finding the ledger gives under ``policy``, worst first, then by GPU and code."""
-    judge = _Judge(ledger, policy, since, now)
+def evaluate(
+    ledger: Ledger, policy: Policy, since: Since, now: datetime, memo: JudgeMemo | None = None
+) -> tuple[Finding, ...]:
+    """Every finding the ledger gives under ``policy``, worst first, then by GPU and code.
+
+    ``memo`` (the loop's, kept from tick to tick) only makes it faster.
+    """
+    judge = _Judge(ledger, policy, since, now, memo)
     found = [*judge.sources()]
     for lgpu in ledger.gpus:
         found.extend(judge.gpu(lgpu))
     unique: dict[tuple[str, str | None, str], Finding] = {}
     for f in found:
         unique.setdefault(f.key, f)
-    return tuple(
-        sorted(unique.values(), key=lambda f: (-f.level, f.gpu or "", f.code.value, f.owner))
-    )
+    # A Code is a str: it sorts by its value.
+    return tuple(sorted(unique.values(), key=lambda f: (-f.level, f.gpu or "", f.code, f.owner)))
 
 
 _PROBLEM_AT = re.compile(r"^.*?:(\d+):\d+: ")
@@ -109,12 +118,65 @@ def policy_invalid(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A tenant's finding on one GPU, all but its PID: the message around it, the subject
+    after it."""
+
+    code: Code
+    level: Level
+    gpu: str
+    owner: str
+    head: str
+    tail: str
+    subject: Mapping[str, str | int | None]
+    key: tuple[str, str | None, str]
+    """The identity of the finding it plans."""
+
+    @classmethod
+    def of(
+        cls, code: Code, rule: Rule, lgpu: LedgerGpu, facts: TenantFacts, what: str
+    ) -> _Plan | None:
+        """The plan of a finding ``<process> (pid N)<what>``; ``None`` when the rule is off."""
+        if rule.level is None:
+            return None
+        head = f"{facts.process or 'a process'} (pid "
+        gpu, owner = lgpu.gpu.uuid, facts.owner
+        key = (code.value, gpu, owner)
+        return cls(code, rule.level, gpu, owner, head, f"){what}", _facts_subject(facts), key)
+
+
+class JudgeMemo:
+    """What the judge remembers from tick to tick, owned by the loop that calls ``evaluate``:
+    the plan of each unreserved or unmanaged tenant's finding on its GPU, while the tenant's
+    facts and the policy are the same. It changes how fast findings are made, never what they
+    say."""
+
+    def __init__(self) -> None:
+        self.plans: TwoTicks[tuple[int, str, int], tuple[TenantFacts, _Plan | None]] = TwoTicks()
+        self._policy: Policy | None = None
+        self._node: str | None = None
+
+    def turn(self, policy: Policy, node: str) -> None:
+        """Start a tick; a new policy or node name forgets every plan."""
+        if policy is not self._policy or node != self._node:
+            self.plans.clear()
+            self._policy, self._node = policy, node
+        else:
+            self.plans.turn()
+
+
 class _Judge:
     """One evaluation: the ledger, the policy and the clock it is judged under."""
 
-    def __init__(self, ledger: Ledger, policy: Policy, since: Since, now: datetime) -> None:
+    def __init__(
+        self, ledger: Ledger, policy: Policy, since: Since, now: datetime, memo: JudgeMemo | None
+    ) -> None:
         self.ledger, self.policy, self.since, self.now = ledger, policy, since, now
         self.node = ledger.node.name
+        self.memo = memo
+        if memo is not None:
+            memo.turn(policy, self.node)
 
     def finding(
         self,
@@ -161,11 +223,12 @@ class _Judge:
     def gpu(self, lgpu: LedgerGpu) -> Iterator[Finding]:
         judged: set[tuple[Verdict, Reason | None, str]] = set()
         for tenant in lgpu.tenants:
-            if tenant.verdict is _OWN:
+            facts = tenant.facts
+            if facts.verdict is _OWN:
                 continue  # a process of the allocation that reserved the GPU: nothing to say
             # Processes of one task (or container, or source) are one finding: the first,
             # lowest PID speaks for them, and the others cost nothing.
-            mark = (tenant.verdict, tenant.reason, _owner(tenant))
+            mark = (facts.verdict, facts.reason, facts.owner)
             if mark in judged:
                 continue
             judged.add(mark)
@@ -182,10 +245,8 @@ class _Judge:
 
     def tenant(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
         """The finding one tenant gives, by its verdict; ``None`` for nothing to say."""
-        if t.verdict is Verdict.UNRESERVED:
-            return self.unreserved(lgpu, t)
-        if t.verdict is Verdict.UNMANAGED:
-            return self.unmanaged(lgpu, t)
+        if t.verdict is Verdict.UNRESERVED or t.verdict is Verdict.UNMANAGED:
+            return self.planned(lgpu, t)
         if t.verdict is Verdict.HIDDEN:
             return self.hidden(lgpu, t)
         if t.verdict is Verdict.UNDECIDED and t.reason in _RUNTIME_FLAGS:
@@ -196,40 +257,67 @@ class _Judge:
         # source's own finding (or the GPU's unknown state) says it once.
         return None
 
-    def unreserved(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
-        """A process of an allocation on a GPU that allocation did not reserve."""
-        if t.alloc is None:
+    def planned(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
+        """The finding of an unreserved or unmanaged tenant, from its plan (remembered in the
+        memo while the tenant's facts and the policy hold): only its PID changes per tick."""
+        facts = t.facts
+        if self.memo is None:
+            plan = self.plan(lgpu, facts)
+        else:
+            key = (id(facts), lgpu.gpu.uuid, lgpu.gpu.index)
+            kept = self.memo.plans.get(key)
+            if kept is None or kept[0] is not facts:
+                kept = self.memo.plans.put(key, (facts, self.plan(lgpu, facts)))
+            plan = kept[1]
+        if plan is None:
             return None
-        rule = self.rule(Code.UNRESERVED_TENANT, t.alloc.namespace, t.alloc.job)
-        who = _who(t)
-        if t.alloc_visible:
+        return Finding(
+            plan.code,
+            plan.level,
+            plan.gpu,
+            self.node,
+            f"{plan.head}{t.pid}{plan.tail}",
+            {"pid": t.pid, **plan.subject},
+            self.since.findings.get(plan.key),
+            plan.owner,
+        )
+
+    def plan(self, lgpu: LedgerGpu, facts: TenantFacts) -> _Plan | None:
+        """The finding an unreserved or unmanaged tenant gives, all but its PID."""
+        if facts.verdict is Verdict.UNRESERVED:
+            return self.unreserved(lgpu, facts)
+        return self.unmanaged(lgpu, facts)
+
+    def unreserved(self, lgpu: LedgerGpu, facts: TenantFacts) -> _Plan | None:
+        """A process of an allocation on a GPU that allocation did not reserve."""
+        alloc = facts.alloc
+        if alloc is None:
+            return None
+        rule = self.rule(Code.UNRESERVED_TENANT, alloc.namespace, alloc.job)
+        if facts.alloc_visible:
             what = (
-                f"{who} of allocation {t.alloc.id} ({_alloc_words(t)}) runs on "
+                f" of allocation {alloc.id} ({_alloc_words(alloc)}) runs on "
                 f"{_where(lgpu)}, which that allocation did not reserve"
             )
         else:
             what = (
-                f"{who} of allocation {t.alloc.id} runs on {_where(lgpu)}, but Nomad no longer "
+                f" of allocation {alloc.id} runs on {_where(lgpu)}, but Nomad no longer "
                 "knows that allocation (404): its task outlived it and holds the GPU"
             )
-        return self.finding(
-            Code.UNRESERVED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
-        )
+        return _Plan.of(Code.UNRESERVED_TENANT, rule, lgpu, facts, what)
 
-    def unmanaged(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
+    def unmanaged(self, lgpu: LedgerGpu, facts: TenantFacts) -> _Plan | None:
         """A host process or a non-Nomad container on a GPU, unless the policy exempts it."""
         rule = self.rule(Code.UNMANAGED_TENANT, None, None)
-        if _exempt(t, rule):
+        if _exempt(facts, rule):
             return None
         inside = (
-            f"in {t.container.runtime} container {t.container.name!r}"
-            if t.container
+            f"in {facts.container.runtime} container {facts.container.name!r}"
+            if facts.container
             else "on the host"
         )
-        what = f"{_who(t)} {inside} runs on {_where(lgpu)} outside every Nomad allocation"
-        return self.finding(
-            Code.UNMANAGED_TENANT, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
-        )
+        what = f" {inside} runs on {_where(lgpu)} outside every Nomad allocation"
+        return _Plan.of(Code.UNMANAGED_TENANT, rule, lgpu, facts, what)
 
     def hidden(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
         """A task whose allocation the token may not read: the GPU cannot be judged."""
@@ -409,13 +497,13 @@ def _human(span: timedelta | None) -> str:
     return "".join(parts) or f"{seconds}s"
 
 
-def _exempt(t: Tenant, rule: Rule) -> bool:
+def _exempt(t: TenantFacts, rule: Rule) -> bool:
     """Whether ``unmanaged-tenant`` exempts this tenant by process, container name or label."""
-    if t.process and any(fnmatch.fnmatchcase(t.process, g) for g in rule.ignore_processes):
+    if t.process and rule.ignores_process(t.process):
         return True
     if t.container is None:
         return False
-    if any(fnmatch.fnmatchcase(t.container.name, g) for g in rule.ignore_containers):
+    if rule.ignores_container(t.container.name):
         return True
     labels = t.container.labels
     return any(
@@ -432,24 +520,22 @@ def _where(lgpu: LedgerGpu) -> str:
     return f"GPU {lgpu.gpu.index}"
 
 
-def _alloc_words(t: Tenant) -> str:
-    a = t.alloc
-    assert a is not None  # noqa: S101 - callers check
+def _alloc_words(a: AllocRef) -> str:
     task = f", task {a.task}" if a.task else ""
     return f"job {a.job}{task}, namespace {a.namespace}"
 
 
 def _owner(t: Tenant) -> str:
     """Identity without the PID: allocation and task, else container, else command name."""
-    if t.alloc is not None:
-        return f"alloc:{t.alloc.id}/{t.alloc.task or ''}"
-    if t.container is not None:
-        return f"container:{t.container.runtime}/{t.container.name}"
-    return f"host:{t.process or ''}"
+    return t.facts.owner
 
 
 def _subject(t: Tenant) -> dict[str, str | int | None]:
-    subject: dict[str, str | int | None] = {"pid": t.pid, "process": t.process}
+    return {"pid": t.pid, **_facts_subject(t.facts)}
+
+
+def _facts_subject(t: TenantFacts) -> dict[str, str | int | None]:
+    subject: dict[str, str | int | None] = {"process": t.process}
     if t.container is not None:
         subject["container"] = t.container.id
         subject["containerName"] = t.container.name

@@ -8,6 +8,8 @@ winning. Each override changes only the keys it sets.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -35,6 +37,31 @@ class Rule:
     def with_changes(self, changes: Mapping[str, Any]) -> Rule:
         """This rule with the keys an override sets."""
         return replace(self, **dict(changes))
+
+    @functools.cached_property
+    def _process_globs(self) -> re.Pattern[str] | None:
+        return _any_of(self.ignore_processes)
+
+    @functools.cached_property
+    def _container_globs(self) -> re.Pattern[str] | None:
+        return _any_of(self.ignore_containers)
+
+    def ignores_process(self, name: str) -> bool:
+        """Whether a glob of ``ignore_processes`` matches the process name ``name``."""
+        globs = self._process_globs
+        return globs is not None and globs.match(name) is not None
+
+    def ignores_container(self, name: str) -> bool:
+        """Whether a glob of ``ignore_containers`` matches the container name ``name``."""
+        globs = self._container_globs
+        return globs is not None and globs.match(name) is not None
+
+
+def _any_of(globs: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One pattern matching what any of ``globs`` matches (``fnmatchcase`` rules), or None."""
+    if not globs:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(glob)})" for glob in globs))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Serves what gpuledger and the docker SDK ask for: ``/_ping``, ``/version`` (unversioned and
 versioned), ``/containers/json`` and ``/containers/<id, prefix or name>/json``, with bodies
-shaped like ``fixtures/containers/`` and notes/containers.md §3. Every other route is a 404.
+shaped like the Engine API's (samples in ``tests/fixtures/containers``). Every other route is a 404.
 Only the standard library and ``gpuledger.model`` are used: a fake shares no code with the
 collector it fakes.
 """
@@ -163,7 +163,7 @@ class FakeDockerApi:
         return None
 
     def _version(self) -> dict[str, Any]:
-        """The SystemVersion document (fixtures/containers/version.json's shape)."""
+        """The SystemVersion document (``tests/fixtures/containers/version.json``'s shape)."""
         api = _API_VERSION[self.flavor]
         engine = _ENGINE_VERSION[self.flavor]
         common = {

@@ -1,6 +1,6 @@
 """A fake Nomad HTTP API: the endpoints gpuledger reads, served from simple allocation specs.
 
-Responses are shaped like Nomad's (``notes/nomad-consul.md`` §1-3 and ``fixtures/nomad``):
+Responses are shaped like Nomad's (its API docs and source; samples in ``tests/fixtures/nomad``):
 full allocations with the whole ``Job`` and ``AllocatedResources``, ``null`` for empty lists as
 go-codec encodes them, plain-text error bodies. It shares no code with the collector it fakes.
 
@@ -599,13 +599,13 @@ class FakeNomad:
             for a in allocs
             if a["NodeID"] == node_id
             and a["ID"] not in self._gone
-            # Allocations the token cannot read-job are dropped silently (notes §1).
+            # Allocations the token cannot read-job are dropped silently (nomad/node_endpoint.go).
             and not self._guarded(token, READ_JOB, a["Namespace"])
         ]
 
     def _alloc(self, alloc_id: str, token: str | None) -> tuple[int, Any]:
         # The token is resolved first; the allocation is looked up in every namespace; only
-        # then is read-job checked on the allocation's own namespace (notes §1).
+        # then is read-job checked on the allocation's own namespace (nomad/alloc_endpoint.go).
         refused = self.access.authenticate(token)
         if refused:
             return refused

@@ -1,8 +1,9 @@
 """A fake ``nvidia-smi``: ``python -m gpuledger.sim.nvidia_smi --query-gpu=… --format=csv``.
 
 It reads its world at every call from the JSON file named by ``GPULEDGER_SIM_NVIDIA``, so a test
-changes the machine by rewriting that file. It imitates the real tool as ``notes/nvidia.md``
-describes it (§1, §2, §3), and shares no code with the collector it fakes::
+changes the machine by rewriting that file. It imitates the real tool as its captures in
+``tests/fixtures/nvidia`` show it (formats, tokens, exit statuses), and shares no code with the
+collector it fakes::
 
     {"driver_version": "590.48.01", "legacy_fields": false, "fault": null,
      "gpus": [{"index": 0, "uuid": "GPU-…", "name": "NVIDIA H200", "utilization": 87,

@@ -1,6 +1,6 @@
 """A fake ``/proc`` tree: ``<root>/<pid>/cgroup`` and ``cmdline`` as the kernel writes them.
 
-The cgroup texts follow the captures in ``fixtures/containers/`` (see its README).
+The cgroup texts follow the real captures in ``tests/fixtures/containers`` (see its README).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 # Hierarchy numbers and controllers of a cgroup v1 (hybrid) host, in the kernel's order
-# (highest first), as in fixtures/containers/docker-cgroupfs-v1.cgroup.
+# (highest first), as in tests/fixtures/containers/docker-cgroupfs-v1.cgroup.
 _V1_HIERARCHIES = (
     "12:name=systemd",
     "11:hugetlb",

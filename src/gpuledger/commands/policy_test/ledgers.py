@@ -27,6 +27,7 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
     Tenant,
+    TenantFacts,
     Verdict,
 )
 from gpuledger.policy.load import parse_duration
@@ -68,17 +69,16 @@ def _tenant(doc: Mapping[str, Any], pid: int, reservation: AllocRef | None) -> T
         container = Container(
             id=c.get("id", default_id), name=c["name"], runtime=c.get("runtime", "docker")
         )
-    return Tenant(
-        pid=doc.get("pid", pid),
+    facts = TenantFacts(
         process=doc.get("process"),
         command=doc.get("command"),
-        used_memory_mib=None,
         container=container,
         alloc=alloc,
         alloc_from_name=False,
         alloc_visible=doc.get("visible", True),
         verdict=verdict,
     )
+    return Tenant(pid=doc.get("pid", pid), used_memory_mib=None, facts=facts)
 
 
 def _inline_gpu(doc: Mapping[str, Any]) -> LedgerGpu:
