@@ -208,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to serve HTTP (default :9877, every address)",
     )
     serve.add_argument(
+        "--web-config",
+        type=Path,
+        metavar="FILE",
+        help="HTTPS and basic auth, in the format of Prometheus exporters' --web.config.file "
+        "(tls_server_config, basic_auth_users with bcrypt hashes)",
+    )
+    serve.add_argument(
         "--interval",
         type=_duration,
         default=_duration("15s"),
@@ -392,6 +399,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         history_path=args.history,
         commands=args.commands,
         node_name=args.node_name,
+        web_config=args.web_config,
     )
     return serve(source_config(args), _policy(args), options, out)
 
