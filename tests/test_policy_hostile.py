@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_loop import controller
 
 from gpuledger.cli import main
 from gpuledger.model import Code
 from gpuledger.policy.load import default_policy, load_policy, parse_policy
+from test_loop import controller
 
 BOMB = (
     "version: 1\n"
@@ -89,7 +89,9 @@ def test_a_bug_while_loading_a_policy_is_policy_invalid_too() -> None:
 
 TEST_FILES = {
     "a list": "- a\n- b\n",
-    "policy path with NUL": 'policy: "p\\0.yaml"\ntests: [{name: x, gpus: [{index: 0}], expect: []}]\n',
+    "policy path with NUL": (
+        'policy: "p\\0.yaml"\ntests: [{name: x, gpus: [{index: 0}], expect: []}]\n'
+    ),
     "history key that is no ASCII digit": (
         "policy: p.yaml\n"
         "tests: [{name: x, gpus: [{index: 0}], history: {'²': {state: 1h}}, expect: []}]\n"
