@@ -19,12 +19,12 @@ from typing import Any
 
 from gpuledger.errors import PolicyError, YamlSyntaxError
 from gpuledger.model import Code, Level
+from gpuledger.model.text import excerpt
 from gpuledger.policy.globs import CONTAINER, JOB, NAMESPACE, NODE, PROCESS, why_unmatchable
 from gpuledger.policy.located import (
     JsonPath,
     Located,
     Problem,
-    excerpt,
     read_yaml,
     schema_problems,
 )

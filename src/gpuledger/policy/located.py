@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpuledger.errors import YamlSyntaxError
+from gpuledger.model.text import excerpt
 
 if TYPE_CHECKING:
     import jsonschema  # type: ignore[import-untyped]  # no stubs in the test extra
@@ -183,18 +184,6 @@ class _Walk:
         if isinstance(value, float) and not math.isfinite(value):
             return text  # .inf and .nan pass every numeric bound; keep them a string to refuse
         return value
-
-
-def excerpt(value: Any, limit: int = 60) -> str:
-    """A short, single-line quotation of ``value`` for a message: its ``repr`` for a string,
-    cut at the first line and at ``limit`` characters (a whole file must not be echoed)."""
-    text = value if isinstance(value, str) else str(value)
-    first, *more = text.splitlines() or [""]
-    cut = first[:limit]
-    shown = repr(cut) if isinstance(value, str) else cut
-    if more or len(first) > limit:
-        shown += f"… ({len(text)} characters)"
-    return shown
 
 
 # --------------------------------------------------------------------------- schema errors

@@ -31,8 +31,8 @@ from gpuledger.model import (
     TenantFacts,
     Verdict,
 )
+from gpuledger.model.text import excerpt
 from gpuledger.policy.load import parse_duration
-from gpuledger.policy.located import excerpt
 from gpuledger.policy.rules import Policy
 from gpuledger.sim.world import Scenario, World
 

@@ -12,12 +12,12 @@ import yaml
 
 from gpuledger.commands.policy_test.schema import TEST_FILE_SCHEMA
 from gpuledger.errors import ConfigError, YamlSyntaxError
+from gpuledger.model.text import excerpt
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.located import (
     JsonPath,
     Located,
     Problem,
-    excerpt,
     read_yaml,
     schema_problems,
 )
