@@ -41,7 +41,7 @@ def test_a_newline_in_a_job_name_forges_no_row() -> None:
     text = render_ledger(ledger())
     assert "\\x0a1  free" in text
     assert not any(line.startswith("1  free") for line in text.splitlines())
-    # header, sources, blank, column header, one GPU row, blank, finding header, one finding, summary
+    # node, sources, blank, header, the GPU, blank, findings header, the finding, summary
     assert len(text.splitlines()) == 9
     assert "\r" not in text
 
