@@ -15,3 +15,15 @@ def excerpt(value: Any, limit: int = 60) -> str:
     if more or len(first) > limit:
         shown += f"… ({len(text)} characters)"
     return shown
+
+
+def is_text(value: object) -> bool:
+    """A string that is all characters: no lone surrogate (JSON's ``"\\ud800"`` escape gives
+    one), which no output can encode."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
