@@ -93,6 +93,7 @@ def test_a_well_formed_inspect_still_reads(canned: Canned) -> None:
     assert container_of({"Id": CID, "Config": None}, "podman").labels == {}
 
 
+GPU_DEVICE = {"Vendor": "nvidia", "Type": "gpu", "DeviceIDs": [1]}
 GOOD_ALLOC = {"ID": ALLOC, "Namespace": "default", "JobID": "j", "ClientStatus": "running"}
 ALLOCS = {
     "a list of numbers": "[1]",
@@ -141,7 +142,7 @@ def test_a_malformed_allocation_list_is_nomads_source_error(canned: Canned, body
 
 @pytest.mark.parametrize("body", ["[]", '"x"', '{"stats": [1]}', '{"stats": {"client": 5}}'])
 def test_a_malformed_agent_self_is_nomads_source_error(canned: Canned, body: str) -> None:
-    with pytest.raises(SourceError, match="stats.client.node_id"):
+    with pytest.raises(SourceError, match=r"stats\.client\.node_id"):
         nomad(canned, **{"/v1/agent/self": body}).read()
 
 
