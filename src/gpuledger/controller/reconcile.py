@@ -346,6 +346,8 @@ class _Join:
         owner = info.owner
         kind = owner.kind
         if kind is _TASK:
+            if owner.alloc_id is None:
+                return _UNTRACEABLE[Reason.NOMAD_TASK_UNNAMED]
             return self.memo.task_claim(owner.alloc_id, owner.task)
         if kind is _DOCKER or kind is _PODMAN:
             docker = kind is _DOCKER

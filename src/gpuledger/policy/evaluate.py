@@ -55,6 +55,10 @@ _UNTRACED = {
         "belongs to an allocation Nomad did not list and did not answer for when asked on its "
         "own (GET /v1/allocation/<id>)"
     ),
+    Reason.NOMAD_TASK_UNNAMED: (
+        "is a Nomad task whose cgroup (/nomad/<id>, Nomad 1.6 or older on cgroup v1) does not "
+        "name its allocation (Nomad 1.7 and later name it)"
+    ),
 }
 _SOURCE_LABEL = {
     SourceName.GPU: "GPU driver",
