@@ -28,11 +28,13 @@ from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import ConfigError, HistoryCorruptError, PolicyError, UsageError
 from gpuledger.model import Ledger, Level
 from gpuledger.model.contract import findings_doc, ledger_doc
+from gpuledger.model.text import excerpt
 from gpuledger.policy.load import (
     default_policy,
     default_policy_text,
     load_policy,
     parse_duration,
+    policy_warnings,
 )
 from gpuledger.policy.rules import Policy
 
@@ -384,6 +386,8 @@ def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
     except PolicyError as exc:
         out.write("\n".join(exc.problems) + "\n")
         return EXIT_FOUND
+    for warning in policy_warnings(args.file.read_text(encoding="utf-8"), str(args.file)):
+        out.write(f"{warning}\n")
     out.write(f"{args.file}: ok\n")
     return EXIT_OK
 
@@ -422,9 +426,13 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one command; returns the exit code (the console script exits with it)."""
-    args, extra = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
     if extra:
-        args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        # The command's own parser when argparse kept it; the top one for an option given
+        # before the command (`gpuledger --json check`).
+        where = getattr(args, "_parser", parser)
+        where.error(f"unrecognized arguments: {excerpt(' '.join(extra))}")
     stream = out or sys.stdout
     try:
         return COMMANDS[args.command](args, stream)

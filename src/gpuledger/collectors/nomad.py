@@ -383,6 +383,33 @@ class _Call:
 _CALL_ERRORS = (nomad_errors.BaseNomadException, requests.RequestException, ValueError)
 
 
+def _token_from_file(path: Path) -> str | None:
+    """The token a token file holds: its one line, a UTF-8 BOM and blanks around it dropped;
+    ``SourceError`` (never showing the file's text) when it holds anything else."""
+    hint = "the file must hold only the token's secret ID (Nomad rewrites it on rotation)"
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as err:
+        raise SourceError(
+            SOURCE,
+            f"cannot read the token file {path}: {err.strerror or err}",
+            "check that the file exists and is readable (Nomad rewrites it on rotation)",
+        ) from None
+    except UnicodeDecodeError:
+        raise SourceError(SOURCE, f"the token file {path} is not UTF-8 text", hint) from None
+    token = text.strip()
+    lines = token.splitlines()
+    if len(lines) > 1:
+        raise SourceError(SOURCE, f"the token file {path} holds {len(lines)} lines", hint)
+    if not (token.isascii() and token.isprintable() and " " not in token):
+        raise SourceError(
+            SOURCE,
+            f"the token file {path} holds a character no token has (a blank, a control)",
+            hint,
+        )
+    return token or None
+
+
 class NomadReader:
     """Reads the node's allocations from Nomad, through one kept-alive session."""
 
@@ -434,14 +461,7 @@ class NomadReader:
         token = settings.token
         if settings.token_file is not None:
             # A workload identity's file is rotated by Nomad: read it at every read().
-            try:
-                token = settings.token_file.read_text().strip() or None
-            except OSError as err:
-                raise SourceError(
-                    SOURCE,
-                    f"cannot read the token file {settings.token_file}: {err.strerror or err}",
-                    "check that the file exists and is readable (Nomad rewrites it on rotation)",
-                ) from err
+            token = _token_from_file(settings.token_file)
         self._token = token
         if token:
             self._session.headers["X-Nomad-Token"] = token

@@ -216,9 +216,10 @@ def reconcile(
     for proc in reading.processes:
         by_gpu.setdefault(proc.gpu_uuid, []).append(proc)
     gpus = tuple(
-        join.gpu(gpu, by_gpu.get(gpu.uuid, ())) for gpu in sorted(reading.gpus, key=_index)
+        join.gpu(gpu, by_gpu.pop(gpu.uuid, ())) for gpu in sorted(reading.gpus, key=_index)
     )
-    return Ledger(node=node, at=at, sources=sources, gpus=gpus)
+    unlisted = tuple(proc for procs in by_gpu.values() for proc in procs)
+    return Ledger(node=node, at=at, sources=sources, gpus=gpus, unlisted=unlisted)
 
 
 def _index(gpu: Gpu) -> int:

@@ -472,6 +472,9 @@ class Ledger:
     sources: Mapping[SourceName, SourceStatus]
     gpus: tuple[LedgerGpu, ...]
     findings: tuple[Finding, ...] = ()
+    unlisted: tuple[GpuProcess, ...] = ()
+    """Processes the driver lists on a GPU it does not list among the GPUs: they cannot be
+    joined, and are said, not dropped."""
 
     @property
     def worst(self) -> Level:

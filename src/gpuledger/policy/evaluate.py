@@ -223,6 +223,31 @@ class _Judge:
             )
             if found:
                 yield found
+        yield from self.unlisted()
+
+    def unlisted(self) -> Iterator[Finding]:
+        """One finding per GPU the driver lists processes on but not among the GPUs."""
+        rule = self.policy.rule(Code.SOURCE_UNAVAILABLE, self.node)
+        by_gpu: dict[str, list[str]] = {}
+        for proc in self.ledger.unlisted:
+            by_gpu.setdefault(proc.gpu_uuid, []).append(
+                f"{proc.process_name or '?'} (pid {proc.pid})"
+            )
+        for uuid, procs in sorted(by_gpu.items()):
+            message = (
+                f"the GPU driver lists {', '.join(procs)} on GPU {uuid}, which it does not list "
+                "among the node's GPUs: that GPU cannot be judged"
+            )
+            found = self.finding(
+                Code.SOURCE_UNAVAILABLE,
+                rule,
+                uuid,
+                "source:gpu-unlisted",
+                message,
+                {"source": "gpu"},
+            )
+            if found:
+                yield found
 
     def gpu(self, lgpu: LedgerGpu) -> Iterator[Finding]:
         judged: set[tuple[Verdict, Reason | None, str]] = set()

@@ -188,6 +188,27 @@ def parse_policy(text: str, path: str, base: Policy | None = None) -> Policy:
     return _build(doc, path, base or default_policy())
 
 
+_HIDES_OUTAGES = (
+    "warning: 'off' hides every source that cannot be read (the GPU driver, /proc, Docker, "
+    "Podman, Nomad): an outage would then look like a quiet node; prefer WARN"
+)
+
+
+def policy_warnings(text: str, path: str) -> list[str]:
+    """What a valid policy allows but should not: ``source-unavailable`` set to ``off``."""
+    doc = read_yaml(text, path)
+    root = doc.value if isinstance(doc.value, dict) else {}
+    scopes: list[tuple[JsonPath, Any]] = [(("findings",), root.get("findings"))]
+    for i, override in enumerate(root.get("overrides") or []):
+        scopes.append((("overrides", i, "findings"), override.get("findings")))
+    code = Code.SOURCE_UNAVAILABLE.value
+    return [
+        doc.problem((*where, code, "level"), _HIDES_OUTAGES).render(path)
+        for where, findings in scopes
+        if isinstance(findings, dict) and (findings.get(code) or {}).get("level") == "off"
+    ]
+
+
 def load_policy(path: Path) -> Policy:
     """Load and validate the policy file at ``path``; any problem is a ``PolicyError``."""
     try:
