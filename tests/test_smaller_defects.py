@@ -53,7 +53,7 @@ def fake() -> FakeNomad:
 def test_a_token_file_with_a_bom_is_read(fake: FakeNomad, tmp_path: Path) -> None:
     token_file = tmp_path / "nomad_token"
     token_file.write_bytes(b"\xef\xbb\xbfthe-token\r\n")
-    fake.required_token = "the-token"
+    fake.required_token = "the-token"  # noqa: S105 - a test token
     assert reader_for(fake, token_file=token_file).read().node_id == NODE
 
 
