@@ -432,7 +432,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         # The command's own parser when argparse kept it; the top one for an option given
         # before the command (`gpuledger --json check`).
         where = getattr(args, "_parser", parser)
-        where.error(f"unrecognized arguments: {excerpt(' '.join(extra))}")
+        where.error(f"unrecognized arguments: {excerpt(' '.join(extra), quoted=False)}")
     stream = out or sys.stdout
     try:
         return COMMANDS[args.command](args, stream)

@@ -29,18 +29,15 @@ def history_doc(history: History) -> dict[str, object]:
         "schema": SCHEMA,
         "at": iso_time(history.at),
         "intervalSeconds": history.interval.total_seconds(),
-        "gpus": [
-            {
-                "uuid": uuid,
-                "state": m.state.value,
-                "since": iso_time(m.since),
-                "alloc": m.alloc,
-                "heldIdleSince": iso_time(m.held_idle_since),
-            }
-            for uuid, m in sorted(history.gpus.items())
-        ],
+        "gpus": [{"uuid": uuid, **_mark_doc(m)} for uuid, m in sorted(history.gpus.items())],
         "findings": [
-            {"code": code, "gpu": gpu, "owner": owner, "since": iso_time(since)}
+            {
+                "code": code,
+                "gpu": gpu,
+                "owner": owner,
+                "since": iso_time(since),
+                "missingSince": iso_time(history.findings_missing.get((code, gpu, owner))),
+            }
             for (code, gpu, owner), since in history.findings.items()
         ],
         "gpuStateSeconds": [
@@ -48,10 +45,28 @@ def history_doc(history: History) -> dict[str, object]:
             for (uuid, state), value in sorted(history.state_seconds.items())
         ],
         "jobGpuSeconds": [
-            {"namespace": ns, "nomadJob": job, "use": use, "seconds": value}
+            {
+                "namespace": ns,
+                "nomadJob": job,
+                "use": use,
+                "seconds": value,
+                "lastSeen": iso_time(history.job_seen.get((ns, job, use))),
+            }
             for (ns, job, use), value in sorted(history.job_seconds.items())
         ],
     }
+
+
+def _mark_doc(m: GpuMark) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "state": m.state.value,
+        "since": iso_time(m.since),
+        "alloc": m.alloc,
+        "heldIdleSince": iso_time(m.held_idle_since),
+    }
+    if m.interrupted is not None:
+        doc["interrupted"] = _mark_doc(m.interrupted)
+    return doc
 
 
 def parse_history(text: str) -> History:
@@ -70,25 +85,27 @@ def parse_history(text: str) -> History:
     interval = r.get("intervalSeconds", float)
     if not 0 < interval <= MAX_INTERVAL_S:
         raise HistoryCorruptError(f"intervalSeconds {interval:g} is not positive or is over a year")
-    gpus: dict[str, GpuMark] = {}
-    for g in r.items("gpus"):
-        gpus[g.get("uuid", str)] = GpuMark(
-            state=g.state("state"),
-            since=g.time("since"),
-            alloc=g.get("alloc", str, optional=True),
-            held_idle_since=g.time("heldIdleSince", optional=True),
-        )
+    gpus = {g.get("uuid", str): g.mark(interrupted=True) for g in r.items("gpus")}
     findings: dict[FindingKey, datetime] = {}
+    missing: dict[FindingKey, datetime] = {}
     for f in r.items("findings"):
         key = (f.get("code", str), f.get("gpu", str, optional=True), f.get("owner", str))
         findings[key] = f.time("since")
+        went = f.time("missingSince", optional=True)
+        if went is not None:
+            missing[key] = went
     states = {
         (s.get("uuid", str), s.state("state")): s.seconds() for s in r.items("gpuStateSeconds")
     }
-    jobs = {
-        (j.get("namespace", str), j.get("nomadJob", str), j.get("use", str)): j.seconds()
-        for j in r.items("jobGpuSeconds")
-    }
+    jobs: dict[tuple[str, str, str], float] = {}
+    seen: dict[tuple[str, str, str], datetime] = {}
+    for j in r.items("jobGpuSeconds"):
+        key3 = (j.get("namespace", str), j.get("nomadJob", str), j.get("use", str))
+        jobs[key3] = j.seconds()
+        # A file from before retirement: count the job as seen at the file's last tick.
+        last = j.time("lastSeen", optional=True) or at
+        if last is not None:
+            seen[key3] = last
     return History(
         at=at,
         interval=timedelta(seconds=interval),
@@ -96,6 +113,8 @@ def parse_history(text: str) -> History:
         findings=findings,
         state_seconds=states,
         job_seconds=jobs,
+        job_seen=seen,
+        findings_missing=missing,
     )
 
 
@@ -144,6 +163,21 @@ class _Reader:
         if at.tzinfo is None:
             raise HistoryCorruptError(f"{self.where}: {key!r} has no time zone: {excerpt(text)}")
         return at
+
+    def mark(self, *, interrupted: bool) -> GpuMark:
+        """A GPU's mark; an ``unknown`` one may carry the known mark it interrupted."""
+        before = self.doc.get("interrupted")
+        return GpuMark(
+            state=self.state("state"),
+            since=self.time("since"),
+            alloc=self.get("alloc", str, optional=True),
+            held_idle_since=self.time("heldIdleSince", optional=True),
+            interrupted=(
+                _Reader(before, f"{self.where}.interrupted").mark(interrupted=False)
+                if interrupted and before is not None
+                else None
+            ),
+        )
 
     def state(self, key: str) -> GpuState:
         text = self.get(key, str)
