@@ -177,7 +177,8 @@ class _Walk:
             return text
         try:
             value = self.loader.construct_object(node)
-        except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError, LookupError) as exc:
+            # PyYAML's constructors fail in many ways on odd scalars (`!!int` alone: IndexError).
             why = getattr(exc, "problem", None) or str(exc)
             why = f"{excerpt(text)} cannot be read as {node.tag}: {excerpt(why)}"
             raise self.refuse(node, why) from None
