@@ -314,8 +314,9 @@ def child_memory(ticks: list[int], folder: Path) -> None:
     print(json.dumps(found))
 
 
-def child_serve(port: int) -> None:
-    """The controller on real time (a tick every second) served by waitress on ``port``."""
+def child_serve(port: int, limits: Any = None) -> None:
+    """The controller on real time (a tick every second) served by waitress on ``port``
+    (with ``limits``, a ``web.server.Limits``; the server's own by default)."""
     node_like()
     from gpuledger.commands.logs import configure_logging  # noqa: PLC0415
     from gpuledger.controller.loop import NodeController  # noqa: PLC0415
@@ -329,7 +330,9 @@ def child_serve(port: int) -> None:
         fake_node(), default_policy(), NodeInfo("bench", None, "t"), timedelta(seconds=1)
     )
     server = bind(
-        App(lambda: controller.snapshot, lambda: datetime.now(timezone.utc)), f"127.0.0.1:{port}"
+        App(lambda: controller.snapshot, lambda: datetime.now(timezone.utc)),
+        f"127.0.0.1:{port}",
+        limits=limits,
     )
     threading.Thread(target=server.run, daemon=True).start()
     controller.run()

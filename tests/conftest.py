@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
 from gpuledger.sim.world import World, load_scenario
@@ -44,3 +46,15 @@ def demo_world() -> Iterator[World]:
             yield world
         finally:
             world.stop()
+
+
+# Property-based tests (tests/test_fuzz_parsers.py): a short run by default; the long one
+# (100,000 cases per parser, README "Development") with `--hypothesis-profile=long`.
+settings.register_profile("default", max_examples=200, deadline=2000, derandomize=False)
+settings.register_profile(
+    "long",
+    max_examples=int(os.environ.get("GPULEDGER_FUZZ_CASES", "100000")),
+    deadline=2000,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("default")

@@ -263,9 +263,8 @@ def test_the_file_round_trips_and_has_schema_1(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     assert doc["schema"] == 1
     assert doc["intervalSeconds"] == 15
-    assert {"namespace": "default", "nomadJob": "notebook", "use": "idle", "seconds": 15} in doc[
-        "jobGpuSeconds"
-    ]
+    notebook = {"namespace": "default", "nomadJob": "notebook", "use": "idle", "seconds": 15}
+    assert {**notebook, "lastSeen": "2026-11-30T12:00:15Z"} in doc["jobGpuSeconds"]
     assert [p.name for p in tmp_path.iterdir()] == ["history.json"]
 
 

@@ -318,7 +318,13 @@ def test_the_history_file_is_written_every_tick_and_read_back_at_start(tmp_path:
     doc = json.loads(path.read_text())
     assert doc["schema"] == 1
     assert doc["jobGpuSeconds"] == [
-        {"namespace": "research", "nomadJob": "train", "use": "held", "seconds": 30.0}
+        {
+            "namespace": "research",
+            "nomadJob": "train",
+            "use": "held",
+            "seconds": 30.0,
+            "lastSeen": "2026-11-30T12:00:30Z",
+        }
     ]
     again, _, _ = controller(history=path)
     assert again.history == c.history

@@ -207,7 +207,7 @@ def server() -> Iterator[tuple[str, int]]:
     srv = bind(app_for(snapshot()), "127.0.0.1:0")
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    yield srv.effective_host, srv.effective_port
+    yield srv.address
     srv.close()
 
 

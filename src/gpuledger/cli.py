@@ -28,11 +28,13 @@ from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import ConfigError, HistoryCorruptError, PolicyError, UsageError
 from gpuledger.model import Ledger, Level
 from gpuledger.model.contract import findings_doc, ledger_doc
+from gpuledger.model.text import excerpt
 from gpuledger.policy.load import (
     default_policy,
     default_policy_text,
     load_policy,
     parse_duration,
+    policy_warnings,
 )
 from gpuledger.policy.rules import Policy
 
@@ -208,6 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to serve HTTP (default :9877, every address)",
     )
     serve.add_argument(
+        "--web-config",
+        type=Path,
+        metavar="FILE",
+        help="HTTPS and basic auth, in the format of Prometheus exporters' --web.config.file "
+        "(tls_server_config, basic_auth_users with bcrypt hashes)",
+    )
+    serve.add_argument(
         "--interval",
         type=_duration,
         default=_duration("15s"),
@@ -377,6 +386,8 @@ def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
     except PolicyError as exc:
         out.write("\n".join(exc.problems) + "\n")
         return EXIT_FOUND
+    for warning in policy_warnings(args.file.read_text(encoding="utf-8"), str(args.file)):
+        out.write(f"{warning}\n")
     out.write(f"{args.file}: ok\n")
     return EXIT_OK
 
@@ -392,6 +403,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         history_path=args.history,
         commands=args.commands,
         node_name=args.node_name,
+        web_config=args.web_config,
     )
     return serve(source_config(args), _policy(args), options, out)
 
@@ -414,9 +426,13 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one command; returns the exit code (the console script exits with it)."""
-    args, extra = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
     if extra:
-        args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        # The command's own parser when argparse kept it; the top one for an option given
+        # before the command (`gpuledger --json check`).
+        where = getattr(args, "_parser", parser)
+        where.error(f"unrecognized arguments: {excerpt(' '.join(extra), quoted=False)}")
     stream = out or sys.stdout
     try:
         return COMMANDS[args.command](args, stream)

@@ -28,6 +28,7 @@ from urllib3.util.ssl_match_hostname import CertificateError
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
 from gpuledger.model.redact import redact_url_passwords
+from gpuledger.model.text import excerpt, is_text
 
 __all__ = ["NomadReader", "NomadSettings", "parse_allocation", "settings_from_env"]
 
@@ -108,32 +109,73 @@ def settings_from_env(env: Mapping[str, str]) -> NomadSettings:
 # --------------------------------------------------------------------------- parsing
 
 
-def _gpu_ids(task_resources: Mapping[str, Any]) -> tuple[str, ...]:
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object (``null``: empty); ``ValueError`` otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} is not an object")
+    return value
+
+
+def _items(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{where} is not a list")
+    return value
+
+
+def _text(doc: Mapping[str, Any], key: str, where: str, default: str = "") -> str:
+    """The string at ``key`` (missing or null: ``default``); ``ValueError`` for anything else."""
+    value = doc.get(key)
+    if value is None or value == "":
+        return default
+    if not is_text(value):
+        raise ValueError(f"{where}.{key} is not a string")
+    return str(value)
+
+
+def _gpu_ids(task_resources: Mapping[str, Any], where: str) -> tuple[str, ...]:
     ids: list[str] = []
     # go-codec encodes empty slices as null: Devices and DeviceIDs may both be None.
-    for device in task_resources.get("Devices") or ():
+    for i, raw in enumerate(_items(task_resources.get("Devices"), f"{where}.Devices")):
+        device = _mapping(raw, f"{where}.Devices[{i}]")
         if device.get("Vendor") == "nvidia" and device.get("Type") == "gpu":
-            ids.extend(str(i) for i in device.get("DeviceIDs") or ())
+            for j, gpu in enumerate(_items(device.get("DeviceIDs"), f"{where}.DeviceIDs")):
+                if not is_text(gpu):
+                    raise ValueError(f"{where}.Devices[{i}].DeviceIDs[{j}] is not a string")
+                ids.append(gpu)
     return tuple(ids)
 
 
-def parse_allocation(doc: Mapping[str, Any]) -> Allocation:
-    """The allocation a Nomad allocation JSON object describes; ``ValueError`` if it has no ID.
+def parse_allocation(doc: Any) -> Allocation:
+    """The allocation a Nomad allocation JSON object describes; ``ValueError`` says what is
+    malformed (not an object, no ID, a field of the wrong type, a lone surrogate).
 
     ``gpus_by_task`` holds only the tasks that reserved at least one ``nvidia``/``gpu`` device.
     """
-    alloc_id = doc.get("ID")
-    if not isinstance(alloc_id, str) or not alloc_id:
+    doc = _mapping(doc, "the allocation")
+    alloc_id = _text(doc, "ID", "the allocation")
+    if not alloc_id:
         raise ValueError("allocation without an ID")
-    tasks = (doc.get("AllocatedResources") or {}).get("Tasks") or {}
-    gpus = {name: ids for name, res in tasks.items() if (ids := _gpu_ids(res or {}))}
+    where = f"allocation {alloc_id}"
+    resources = _mapping(doc.get("AllocatedResources"), f"{where}.AllocatedResources")
+    tasks = _mapping(resources.get("Tasks"), f"{where}.AllocatedResources.Tasks")
+    gpus = {}
+    for name, res in tasks.items():
+        task_where = f"{where}.AllocatedResources.Tasks[{excerpt(name)}]"
+        if not is_text(name):
+            raise ValueError(f"{task_where}: the task name is not a string")
+        if ids := _gpu_ids(_mapping(res, task_where), task_where):
+            gpus[name] = ids
     return Allocation(
         id=alloc_id,
         # The Read Allocation sample of the docs has no Namespace; every real one does.
-        namespace=doc.get("Namespace") or "default",
-        job=str(doc.get("JobID") or ""),
-        group=str(doc.get("TaskGroup") or ""),
-        client_status=str(doc.get("ClientStatus") or ""),
+        namespace=_text(doc, "Namespace", where, "default"),
+        job=_text(doc, "JobID", where),
+        group=_text(doc, "TaskGroup", where),
+        client_status=_text(doc, "ClientStatus", where),
         gpus_by_task=gpus,
     )
 
@@ -341,6 +383,33 @@ class _Call:
 _CALL_ERRORS = (nomad_errors.BaseNomadException, requests.RequestException, ValueError)
 
 
+def _token_from_file(path: Path) -> str | None:
+    """The token a token file holds: its one line, a UTF-8 BOM and blanks around it dropped;
+    ``SourceError`` (never showing the file's text) when it holds anything else."""
+    hint = "the file must hold only the token's secret ID (Nomad rewrites it on rotation)"
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as err:
+        raise SourceError(
+            SOURCE,
+            f"cannot read the token file {path}: {err.strerror or err}",
+            "check that the file exists and is readable (Nomad rewrites it on rotation)",
+        ) from None
+    except UnicodeDecodeError:
+        raise SourceError(SOURCE, f"the token file {path} is not UTF-8 text", hint) from None
+    token = text.strip()
+    lines = token.splitlines()
+    if len(lines) > 1:
+        raise SourceError(SOURCE, f"the token file {path} holds {len(lines)} lines", hint)
+    if not (token.isascii() and token.isprintable() and " " not in token):
+        raise SourceError(
+            SOURCE,
+            f"the token file {path} holds a character no token has (a blank, a control)",
+            hint,
+        )
+    return token or None
+
+
 class NomadReader:
     """Reads the node's allocations from Nomad, through one kept-alive session."""
 
@@ -392,14 +461,7 @@ class NomadReader:
         token = settings.token
         if settings.token_file is not None:
             # A workload identity's file is rotated by Nomad: read it at every read().
-            try:
-                token = settings.token_file.read_text().strip() or None
-            except OSError as err:
-                raise SourceError(
-                    SOURCE,
-                    f"cannot read the token file {settings.token_file}: {err.strerror or err}",
-                    "check that the file exists and is readable (Nomad rewrites it on rotation)",
-                ) from err
+            token = _token_from_file(settings.token_file)
         self._token = token
         if token:
             self._session.headers["X-Nomad-Token"] = token
@@ -562,16 +624,17 @@ class NomadReader:
             'pass --nomad-node-id, or grant the token agent { policy = "read" }',
         )
         doc = self._call(call, self._agent.get_agent)
-        client = ((doc or {}).get("stats") or {}).get("client") or {}
+        stats = doc.get("stats") if isinstance(doc, Mapping) else None
+        client = stats.get("client") if isinstance(stats, Mapping) else None
         node_id = client.get("node_id") if isinstance(client, Mapping) else None
-        if not isinstance(node_id, str) or not node_id:
+        if not is_text(node_id) or not node_id:
             raise self._error(
                 f"the Nomad agent at {self._settings.addr} is not a client (GET /v1/agent/self "
                 "has no stats.client.node_id)",
                 "point --nomad-addr at this node's Nomad client agent, or pass --nomad-node-id",
             )
-        self._node_id = node_id
-        return node_id
+        self._node_id = str(node_id)
+        return self._node_id
 
     def _check_node(self, node_id: str) -> None:
         """Ask Nomad for the node (404: a ``SourceError``), and keep its name."""
@@ -595,8 +658,10 @@ class NomadReader:
             ),
         )
         doc = self._call(call, lambda: self._node.get_node(quote(node_id, safe="")))
-        name = doc.get("Name") if isinstance(doc, Mapping) else None
-        self._node_name = name if isinstance(name, str) and name else None
+        if not isinstance(doc, Mapping):
+            raise self._error(f"GET {path} answered no object", "check the Nomad agent's version")
+        name = doc.get("Name")
+        self._node_name = name if is_text(name) and name else None
 
     def _ensure_node(self) -> str:
         """The node's id, found and checked once (again after ``_forget_node``)."""
@@ -617,7 +682,6 @@ class NomadReader:
         path = f"/v1/allocation/{alloc_id}"
         try:
             doc = self._allocation.get_allocation(quote(alloc_id, safe=""))
-            return AllocLookupResult(AllocLookup.VISIBLE, allocation=parse_allocation(doc))
         except nomad_errors.URLNotAuthorizedNomadException as err:
             resp = err.nomad_resp
             if isinstance(resp, requests.Response) and resp.text.strip() == "ACL token not found":
@@ -633,6 +697,14 @@ class NomadReader:
         except _CALL_ERRORS as err:
             failure = self._failure(_Call(path, "read-job", ""), err)
             return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
+        try:
+            return AllocLookupResult(AllocLookup.VISIBLE, allocation=parse_allocation(doc))
+        except ValueError as err:
+            # Malformed is not "cannot tell": this Nomad answers what gpuledger cannot read.
+            raise self._error(
+                f"GET {path} answered an allocation gpuledger cannot read ({err})",
+                "check that --nomad-addr points at a Nomad agent, and report this with its version",
+            ) from None
 
     def read(self, task_alloc_ids: Collection[str] = ()) -> NomadView:
         """The node's allocations, and a lookup of each task allocation the node list lacks."""
@@ -676,7 +748,7 @@ class NomadReader:
             raise self._error(f"GET {path} answered no list", "check the Nomad agent's version")
         try:
             return tuple(parse_allocation(doc) for doc in docs)
-        except (ValueError, AttributeError, TypeError) as err:
+        except ValueError as err:
             raise self._error(
                 f"GET {path} answered an allocation gpuledger cannot read ({err})",
                 "report this with the Nomad version",

@@ -17,6 +17,7 @@ import requests
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Container, Runtime
 from gpuledger.model.redact import redact_url_passwords
+from gpuledger.model.text import excerpt, is_text
 
 if TYPE_CHECKING:
     import docker
@@ -77,6 +78,26 @@ def check_url(url: str) -> str:
     return full
 
 
+def container_of(attrs: Any, runtime: Runtime) -> Container:
+    """The container an inspect document describes; ``ValueError`` names what is malformed
+    (not an object, ``Config`` or ``Labels`` not an object, a label or name that is not text)."""
+    if not isinstance(attrs, Mapping):
+        raise ValueError("the document is not an object")
+    config = attrs.get("Config") or {}
+    if not isinstance(config, Mapping):
+        raise ValueError("Config is not an object")
+    labels = config.get("Labels") or {}
+    if not isinstance(labels, Mapping):
+        raise ValueError("Config.Labels is not an object")
+    for key, value in labels.items():
+        if not (is_text(key) and is_text(value)):
+            raise ValueError(f"the label {excerpt(key)} is not text")
+    cid, name = attrs.get("Id") or "", attrs.get("Name") or ""
+    if not (is_text(cid) and is_text(name)):
+        raise ValueError("Id or Name is not text")
+    return Container(id=cid, name=name.lstrip("/"), runtime=runtime, labels=dict(labels))
+
+
 def default_socket(runtime: Runtime, *, root: Path = Path("/")) -> str | None:
     """The URL of ``runtime``'s standard socket when that file exists, else ``None`` (off)."""
     path = root / _SOCKETS[runtime]
@@ -100,7 +121,7 @@ class RuntimeClient:
         for container_id in dict.fromkeys(container_ids):
             attrs = self._inspect_one(container_id)
             if attrs is not None:
-                found[container_id] = self._container(attrs)
+                found[container_id] = self._container(container_id, attrs)
         return found
 
     def close(self) -> None:
@@ -141,16 +162,16 @@ class RuntimeClient:
             self._api = docker.APIClient(base_url=self.url, version="auto", timeout=self.timeout)
         return self._api
 
-    def _container(self, attrs: Mapping[str, Any]) -> Container:
-        """A ``Container`` from an inspect document (labels are in ``Config.Labels``)."""
-        config = attrs.get("Config") or {}
-        labels = config.get("Labels") or {}
-        return Container(
-            id=str(attrs.get("Id", "")),
-            name=str(attrs.get("Name", "")).lstrip("/"),
-            runtime=self.runtime,
-            labels={str(key): str(value) for key, value in labels.items()},
-        )
+    def _container(self, container_id: str, attrs: Any) -> Container:
+        """A ``Container`` from an inspect document (labels are in ``Config.Labels``); a
+        document of another shape is a ``SourceError``: the runtime's answers cannot be read."""
+        try:
+            return container_of(attrs, self.runtime)
+        except ValueError as exc:
+            raise self._error(
+                f"inspect of {container_id} answered a document gpuledger cannot read: {exc}",
+                hint=f"check that --{self.runtime} is the {self.runtime} API",
+            ) from None
 
     def _error(self, why: str, hint: str | None = None) -> SourceError:
         """A ``SourceError`` naming the runtime, its URL and why (passwords hidden)."""

@@ -23,7 +23,7 @@ from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.model.redact import CommandMode
 from gpuledger.policy.rules import Policy
 from gpuledger.web.app import App
-from gpuledger.web.server import bind, urls
+from gpuledger.web.server import bind
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class ServeOptions:
     history_path: Path | None = None
     commands: CommandMode = "redacted"
     node_name: str = ""
+    web_config: Path | None = None
+    """``--web-config``: HTTPS and basic auth (exporter-toolkit's file format)."""
 
 
 def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: TextIO) -> int:
@@ -54,12 +56,12 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
         attempt_s=timeout,
         clock=clock,
     )
-    server = bind(App(lambda: controller.snapshot, clock.now), options.listen)
+    server = bind(App(lambda: controller.snapshot, clock.now), options.listen, options.web_config)
     signal.signal(signal.SIGTERM, lambda *_: controller.stop())
     signal.signal(signal.SIGINT, lambda *_: controller.stop())
     signal.signal(signal.SIGHUP, lambda *_: controller.request_reload())
     threading.Thread(target=server.run, name="http", daemon=True).start()
-    for url in urls(server):
+    for url in server.urls:
         out.write(f"gpuledger serve: listening on {url}\n")
     out.flush()
     controller.run()

@@ -6,7 +6,11 @@ for a reserved GPU whose state is known, to the reserving job's ``job_gpu_second
 with ``use="held"`` or ``use="idle"``. A tick with a source unreadable adds nothing to any job:
 an outage must never look like an idle GPU. A gap longer than three intervals (the controller
 was down) adds nothing and restarts every since-when; a restart within three intervals keeps
-them.
+them. So does an interruption of the same length while the controller runs: a GPU that is
+``unknown`` (or unread) for less than three intervals and then as it was keeps its since-when
+(the unknown ticks are still counted as ``unknown``), and a finding that could not be judged
+meanwhile keeps its own. A job's counters are retired ``JOB_RETIREMENT`` after the last tick that
+charged it, so periodic and dispatched jobs (``name/periodic-<time>``) do not pile up series.
 
 Everything here is pure: a ``History`` value goes in with a ledger, a new one comes out. Its
 file (the JSON codec and the atomic write) is ``history_file``.
@@ -18,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, Since
+from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, Since, SourceName
 from gpuledger.policy.evaluate import JudgeMemo, evaluate
 from gpuledger.policy.rules import Policy
 
@@ -32,6 +36,9 @@ was down, and what happened meanwhile is not known."""
 
 USE_OF_STATE = {GpuState.HELD: "held", GpuState.RESERVED_IDLE: "idle"}
 
+JOB_RETIREMENT = timedelta(hours=1)
+"""How long after the last tick that charged a job its ``job_gpu_seconds_total`` series stay."""
+
 
 @dataclass(frozen=True)
 class GpuMark:
@@ -42,6 +49,9 @@ class GpuMark:
     alloc: str | None = None
     """The reserving allocation: a new reservation of the same card starts its own time."""
     held_idle_since: datetime | None = None
+    interrupted: GpuMark | None = None
+    """For an ``unknown`` mark: the known one it interrupted, resumed if the GPU comes back as
+    it was within three intervals."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,11 @@ class History:
     findings: Mapping[FindingKey, datetime] = field(default_factory=dict)
     state_seconds: Mapping[tuple[str, GpuState], float] = field(default_factory=dict)
     job_seconds: Mapping[JobKey, float] = field(default_factory=dict)
+    job_seen: Mapping[JobKey, datetime] = field(default_factory=dict)
+    """When each job was last charged (its counters retire ``JOB_RETIREMENT`` later)."""
+    findings_missing: Mapping[FindingKey, datetime] = field(default_factory=dict)
+    """Open findings that could not be judged since then (a source failed): kept, not resolved,
+    for up to three intervals."""
 
     def since(self) -> Since:
         """The since-whens as the pure policy evaluation reads them."""
@@ -95,34 +110,61 @@ def advance(
     seconds = 0.0 if gap or history.at is None else (at - history.at).total_seconds()
     marks: Mapping[str, GpuMark] = {} if gap else history.gpus
     state_seconds = dict(history.state_seconds)
-    job_seconds = dict(history.job_seconds)
+    job_seconds, job_seen = dict(history.job_seconds), dict(history.job_seen)
     # An unreadable source leaves some GPUs' facts in doubt: no job is charged for the tick.
     all_read = all(s.readable or not s.enabled for s in ledger.sources.values())
+    window = GAP_INTERVALS * interval
+    gpus: dict[str, GpuMark] = {}
     for lgpu in ledger.gpus:
-        key = (lgpu.gpu.uuid, lgpu.state)
+        uuid = lgpu.gpu.uuid
+        key = (uuid, lgpu.state)
         state_seconds[key] = state_seconds.get(key, 0.0) + seconds
         use = USE_OF_STATE.get(lgpu.state)
         res = lgpu.reservation
         if all_read and use is not None and res is not None:
             job = (res.namespace or "", res.job or "", use)
             job_seconds[job] = job_seconds.get(job, 0.0) + seconds
+            job_seen[job] = at
+        gpus[uuid] = _mark(marks.get(uuid), lgpu, policy, ledger, at, window)
+    gpu_source = ledger.sources.get(SourceName.GPU)
+    if gpu_source is not None and gpu_source.failing:
+        # The driver was not read: the GPUs it listed before are unknown, not gone.
+        for uuid, mark in marks.items():
+            if uuid not in gpus:
+                key = (uuid, GpuState.UNKNOWN)
+                state_seconds[key] = state_seconds.get(key, 0.0) + seconds
+                gpus[uuid] = _unknown(mark, mark.alloc, at)
+    if all_read:
+        retired = {job for job, seen in job_seen.items() if at - seen > JOB_RETIREMENT}
+        job_seconds = {job: s for job, s in job_seconds.items() if job not in retired}
+        job_seen = {job: seen for job, seen in job_seen.items() if job not in retired}
     return History(
         at=at,
         interval=interval,
-        gpus={
-            lgpu.gpu.uuid: _mark(marks.get(lgpu.gpu.uuid), lgpu, policy, ledger, at)
-            for lgpu in ledger.gpus
-        },
+        gpus=gpus,
         findings={} if gap else history.findings,
         state_seconds=state_seconds,
         job_seconds=job_seconds,
+        job_seen=job_seen,
+        findings_missing={} if gap else history.findings_missing,
     )
 
 
 def _mark(
-    previous: GpuMark | None, lgpu: LedgerGpu, policy: Policy, ledger: Ledger, at: datetime
+    previous: GpuMark | None,
+    lgpu: LedgerGpu,
+    policy: Policy,
+    ledger: Ledger,
+    at: datetime,
+    window: timedelta,
 ) -> GpuMark:
     alloc = lgpu.reservation.id if lgpu.reservation else None
+    if lgpu.state is GpuState.UNKNOWN:
+        return _unknown(previous, alloc, at)
+    if previous is not None and previous.state is GpuState.UNKNOWN:
+        # Back from an interruption: as before it only when it was short.
+        short = at - previous.since < window
+        previous = previous.interrupted if short else None
     same = previous is not None and previous.state is lgpu.state and previous.alloc == alloc
     since = previous.since if previous is not None and same else at
     idle_since = None
@@ -130,6 +172,13 @@ def _mark(
         kept = previous.held_idle_since if previous is not None and same else None
         idle_since = kept or at
     return GpuMark(state=lgpu.state, since=since, alloc=alloc, held_idle_since=idle_since)
+
+
+def _unknown(previous: GpuMark | None, alloc: str | None, at: datetime) -> GpuMark:
+    """An ``unknown`` mark: the spell goes on, or starts now remembering what it interrupted."""
+    if previous is not None and previous.state is GpuState.UNKNOWN:
+        return previous
+    return GpuMark(state=GpuState.UNKNOWN, since=at, alloc=alloc, interrupted=previous)
 
 
 def _held_below(lgpu: LedgerGpu, policy: Policy, node: str) -> bool:
@@ -157,14 +206,41 @@ def judge_with(
     dated = replace(ledger, gpus=gpus, findings=())
     found = [*evaluate(dated, policy, counted.since(), at, memo), *extra]
     found.sort(key=lambda f: (-f.level, f.gpu or "", f.code.value, f.owner))
-    findings = tuple(replace(f, since=counted.findings.get(f.key, at)) for f in found)
+    window = GAP_INTERVALS * interval
+    # A finding back from a spell unjudged as long as a gap starts again, as a GPU does.
+    stale = {k for k, went in counted.findings_missing.items() if at - went >= window}
+    known = {k: since for k, since in counted.findings.items() if k not in stale}
+    findings = tuple(replace(f, since=known.get(f.key, at)) for f in found)
     now_open = {f.key: f.since or at for f in findings}
+    missing = _still_missing(counted, ledger, now_open, at, interval)
+    kept = {key: counted.findings[key] for key in missing}
     return Judged(
         ledger=replace(dated, findings=findings),
-        history=replace(counted, findings=now_open),
-        opened=tuple(f for f in findings if f.key not in counted.findings),
-        resolved=tuple(k for k in counted.findings if k not in now_open),
+        history=replace(counted, findings={**kept, **now_open}, findings_missing=missing),
+        opened=tuple(f for f in findings if f.key not in known),
+        resolved=tuple(k for k in counted.findings if k not in now_open and k not in kept),
     )
+
+
+def _still_missing(
+    counted: History,
+    ledger: Ledger,
+    now_open: Mapping[FindingKey, datetime],
+    at: datetime,
+    interval: timedelta,
+) -> dict[FindingKey, datetime]:
+    """Open findings absent from a tick with a source unread: they could not be judged, so
+    they are kept (since when they went missing) for up to three intervals, not resolved."""
+    if all(s.readable or not s.enabled for s in ledger.sources.values()):
+        return {}
+    missing: dict[FindingKey, datetime] = {}
+    for key in counted.findings:
+        if key in now_open:
+            continue
+        went = counted.findings_missing.get(key, at)
+        if at - went < GAP_INTERVALS * interval:
+            missing[key] = went
+    return missing
 
 
 def rejudge(ledger: Ledger, policy: Policy, history: History) -> Ledger:

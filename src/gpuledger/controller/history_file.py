@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from gpuledger.controller.history import FindingKey, GpuMark, History
 from gpuledger.errors import HistoryCorruptError
 from gpuledger.model import GpuState
 from gpuledger.model.contract import SCHEMA, iso_time
+from gpuledger.model.text import excerpt
 
 
 def history_doc(history: History) -> dict[str, object]:
@@ -26,18 +29,15 @@ def history_doc(history: History) -> dict[str, object]:
         "schema": SCHEMA,
         "at": iso_time(history.at),
         "intervalSeconds": history.interval.total_seconds(),
-        "gpus": [
-            {
-                "uuid": uuid,
-                "state": m.state.value,
-                "since": iso_time(m.since),
-                "alloc": m.alloc,
-                "heldIdleSince": iso_time(m.held_idle_since),
-            }
-            for uuid, m in sorted(history.gpus.items())
-        ],
+        "gpus": [{"uuid": uuid, **_mark_doc(m)} for uuid, m in sorted(history.gpus.items())],
         "findings": [
-            {"code": code, "gpu": gpu, "owner": owner, "since": iso_time(since)}
+            {
+                "code": code,
+                "gpu": gpu,
+                "owner": owner,
+                "since": iso_time(since),
+                "missingSince": iso_time(history.findings_missing.get((code, gpu, owner))),
+            }
             for (code, gpu, owner), since in history.findings.items()
         ],
         "gpuStateSeconds": [
@@ -45,45 +45,67 @@ def history_doc(history: History) -> dict[str, object]:
             for (uuid, state), value in sorted(history.state_seconds.items())
         ],
         "jobGpuSeconds": [
-            {"namespace": ns, "nomadJob": job, "use": use, "seconds": value}
+            {
+                "namespace": ns,
+                "nomadJob": job,
+                "use": use,
+                "seconds": value,
+                "lastSeen": iso_time(history.job_seen.get((ns, job, use))),
+            }
             for (ns, job, use), value in sorted(history.job_seconds.items())
         ],
     }
 
 
+def _mark_doc(m: GpuMark) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "state": m.state.value,
+        "since": iso_time(m.since),
+        "alloc": m.alloc,
+        "heldIdleSince": iso_time(m.held_idle_since),
+    }
+    if m.interrupted is not None:
+        doc["interrupted"] = _mark_doc(m.interrupted)
+    return doc
+
+
 def parse_history(text: str) -> History:
     """A history from its file's text; ``HistoryCorruptError`` says what is wrong."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
-        raise HistoryCorruptError(f"not JSON ({exc})") from None
+        raise HistoryCorruptError(f"not JSON ({excerpt(str(exc))})") from None
+    except RecursionError:
+        raise HistoryCorruptError("not a history: nested too deep") from None
     r = _Reader(doc, "the document")
     schema = r.get("schema", int)
     if schema != SCHEMA:
-        raise HistoryCorruptError(f"schema {schema} is not {SCHEMA}")
+        raise HistoryCorruptError(f"schema {excerpt(schema)} is not {SCHEMA}")
     at = r.time("at", optional=True)
     interval = r.get("intervalSeconds", float)
-    if interval <= 0:
-        raise HistoryCorruptError(f"intervalSeconds {interval} is not positive")
-    gpus: dict[str, GpuMark] = {}
-    for g in r.items("gpus"):
-        gpus[g.get("uuid", str)] = GpuMark(
-            state=g.state("state"),
-            since=g.time("since"),
-            alloc=g.get("alloc", str, optional=True),
-            held_idle_since=g.time("heldIdleSince", optional=True),
-        )
+    if not 0 < interval <= MAX_INTERVAL_S:
+        raise HistoryCorruptError(f"intervalSeconds {interval:g} is not positive or is over a year")
+    gpus = {g.get("uuid", str): g.mark(interrupted=True) for g in r.items("gpus")}
     findings: dict[FindingKey, datetime] = {}
+    missing: dict[FindingKey, datetime] = {}
     for f in r.items("findings"):
         key = (f.get("code", str), f.get("gpu", str, optional=True), f.get("owner", str))
         findings[key] = f.time("since")
+        went = f.time("missingSince", optional=True)
+        if went is not None:
+            missing[key] = went
     states = {
         (s.get("uuid", str), s.state("state")): s.seconds() for s in r.items("gpuStateSeconds")
     }
-    jobs = {
-        (j.get("namespace", str), j.get("nomadJob", str), j.get("use", str)): j.seconds()
-        for j in r.items("jobGpuSeconds")
-    }
+    jobs: dict[tuple[str, str, str], float] = {}
+    seen: dict[tuple[str, str, str], datetime] = {}
+    for j in r.items("jobGpuSeconds"):
+        key3 = (j.get("namespace", str), j.get("nomadJob", str), j.get("use", str))
+        jobs[key3] = j.seconds()
+        # A file from before retirement: count the job as seen at the file's last tick.
+        last = j.time("lastSeen", optional=True) or at
+        if last is not None:
+            seen[key3] = last
     return History(
         at=at,
         interval=timedelta(seconds=interval),
@@ -91,7 +113,20 @@ def parse_history(text: str) -> History:
         findings=findings,
         state_seconds=states,
         job_seconds=jobs,
+        job_seen=seen,
+        findings_missing=missing,
     )
+
+
+MAX_INTERVAL_S = 86_400.0 * 365
+"""A year: a longer interval is no interval a controller ran at (and three of them, the gap
+that restarts the since-whens, would overflow the dates)."""
+
+
+def _no_constant(name: str) -> float:
+    # Python's json takes NaN and Infinity, which are not JSON; a NaN counter would poison
+    # every sum it enters.
+    raise ValueError(f"{name} is not a JSON number")
 
 
 class _Reader:
@@ -107,7 +142,10 @@ class _Reader:
         if value is None and optional:
             return None
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:
+                raise HistoryCorruptError(f"{self.where}: {key!r} is too large") from None
         if not isinstance(value, kind) or isinstance(value, bool):
             raise HistoryCorruptError(f"{self.where}: {key!r} is missing or not {kind.__name__}")
         return value
@@ -119,10 +157,27 @@ class _Reader:
         try:
             at = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
-            raise HistoryCorruptError(f"{self.where}: {key!r} is not a time: {text!r}") from None
+            raise HistoryCorruptError(
+                f"{self.where}: {key!r} is not a time: {excerpt(text)}"
+            ) from None
         if at.tzinfo is None:
-            raise HistoryCorruptError(f"{self.where}: {key!r} has no time zone: {text!r}")
+            raise HistoryCorruptError(f"{self.where}: {key!r} has no time zone: {excerpt(text)}")
         return at
+
+    def mark(self, *, interrupted: bool) -> GpuMark:
+        """A GPU's mark; an ``unknown`` one may carry the known mark it interrupted."""
+        before = self.doc.get("interrupted")
+        return GpuMark(
+            state=self.state("state"),
+            since=self.time("since"),
+            alloc=self.get("alloc", str, optional=True),
+            held_idle_since=self.time("heldIdleSince", optional=True),
+            interrupted=(
+                _Reader(before, f"{self.where}.interrupted").mark(interrupted=False)
+                if interrupted and before is not None
+                else None
+            ),
+        )
 
     def state(self, key: str) -> GpuState:
         text = self.get(key, str)
@@ -133,8 +188,8 @@ class _Reader:
 
     def seconds(self) -> float:
         value: float = self.get("seconds", float)
-        if value < 0:
-            raise HistoryCorruptError(f"{self.where}: negative seconds")
+        if not 0 <= value < math.inf:
+            raise HistoryCorruptError(f"{self.where}: seconds {value:g} is not a count")
         return value
 
     def items(self, key: str) -> list[_Reader]:
@@ -170,10 +225,13 @@ def save(path: Path, history: History) -> None:
     # Plain strings and os calls: building two Path objects every tick cost a lasting half
     # MiB of the process's memory after about a thousand ticks (bench/, figure b).
     target = os.fspath(path)
-    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp")
+    folder, name = os.path.split(target)
+    # A unique name created exclusively (O_EXCL): a link planted at a fixed name (the old
+    # `.FILE.tmp`) would have had its target overwritten by a controller running as root.
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder or ".")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
+            os.fchmod(fd, 0o644)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]

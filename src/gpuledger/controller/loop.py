@@ -250,16 +250,27 @@ class NodeController:
         try:
             policy = self._load(self.policy_path)
         except PolicyError as exc:
-            self.policy_error = exc
-            log.error(  # noqa: TRY400 - a user's mistake, not a bug: no traceback
-                "policy.reload_failed",
-                policy=str(self.policy_path),
-                problems=exc.problems or [str(exc)],
-                kept=self.policy.source,
-            )
+            self._reload_failed(exc)
+            return
+        except Exception as exc:
+            # A policy the checks let through and that still breaks loading is a bug of ours;
+            # the loop must outlive it, keep the last good policy and say so all the same.
+            log.exception("policy.reload_crashed", policy=str(self.policy_path))
+            why = f"{self.policy_path}: cannot load the policy ({type(exc).__name__})"
+            self._reload_failed(PolicyError(str(self.policy_path), [why]))
             return
         self.policy, self.policy_error = policy, None
         log.info("policy.reloaded", policy=str(self.policy_path))
+
+    def _reload_failed(self, exc: PolicyError) -> None:
+        """Keep the last good policy, and raise ``policy-invalid`` until a good one loads."""
+        self.policy_error = exc
+        log.error(
+            "policy.reload_failed",
+            policy=str(self.policy_path),
+            problems=exc.problems or [str(exc)],
+            kept=self.policy.source,
+        )
 
     def _policy_findings(self, node: NodeInfo) -> tuple[Finding, ...]:
         """``policy-invalid`` while the file on disk fails to load."""

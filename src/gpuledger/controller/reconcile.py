@@ -216,9 +216,10 @@ def reconcile(
     for proc in reading.processes:
         by_gpu.setdefault(proc.gpu_uuid, []).append(proc)
     gpus = tuple(
-        join.gpu(gpu, by_gpu.get(gpu.uuid, ())) for gpu in sorted(reading.gpus, key=_index)
+        join.gpu(gpu, by_gpu.pop(gpu.uuid, ())) for gpu in sorted(reading.gpus, key=_index)
     )
-    return Ledger(node=node, at=at, sources=sources, gpus=gpus)
+    unlisted = tuple(proc for procs in by_gpu.values() for proc in procs)
+    return Ledger(node=node, at=at, sources=sources, gpus=gpus, unlisted=unlisted)
 
 
 def _index(gpu: Gpu) -> int:
@@ -346,6 +347,8 @@ class _Join:
         owner = info.owner
         kind = owner.kind
         if kind is _TASK:
+            if owner.alloc_id is None:
+                return _UNTRACEABLE[Reason.NOMAD_TASK_UNNAMED]
             return self.memo.task_claim(owner.alloc_id, owner.task)
         if kind is _DOCKER or kind is _PODMAN:
             docker = kind is _DOCKER

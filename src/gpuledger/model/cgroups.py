@@ -13,10 +13,23 @@ rest: the resource controllers are the ones every runtime (and Nomad's v1 execut
 task into, while ``cpuset`` may be a shared partition (``/nomad/share``) and ``name=systemd``
 may point at a sub-scope of systemd running inside the container.
 
-Within one path the innermost component that names an owner wins, so Docker-in-Docker gives
-the inner container and crun's ``…/libpod-<id>.scope/container`` gives the Podman container.
-``../`` segments (paths seen from a private cgroup namespace) are skipped, so such paths still
-classify by their components.
+Who may name a cgroup decides what a name is worth. Only root creates cgroups outside the
+subtrees systemd delegates: a user's own ``user@<uid>.service``, where any user can start a
+scope named ``docker-<id>.scope`` or ``<alloc>.<task>.scope``, and a container's own subtree,
+where its payload may create anything. So:
+
+- anything under ``user@<uid>.service`` (uid not 0) is the user's: a host process, whatever
+  its name says (rootless containers included: their user could label them anything);
+- within one path the *outermost* component that names an owner wins: a Nomad-task-shaped
+  cgroup inside a container is that container's process, and Docker-in-Docker is the outer
+  container, the one the host's runtime knows;
+- Nomad's names count only where Nomad puts them: ``/nomad.slice/[share.slice/|reserve.slice/]
+  <alloc>.<task>.scope`` on v2, ``/nomad/[reserve/|reserved/]<alloc>.<task>`` (or ``-<task>``)
+  on v1. Nomad ≤ 1.6's v1 executor cgroup ``/nomad/<uuid>`` names no allocation: a Nomad task
+  of unknown allocation (``alloc_id`` None), which a line naming the allocation overrides.
+
+Leading ``../`` segments (paths seen from a private cgroup namespace) stand for what is above
+gpuledger's own namespace; the components after them classify as usual.
 """
 
 from __future__ import annotations
@@ -41,9 +54,18 @@ _BARE_ID = re.compile(rf"^({_HEX64})$")
 # Nomad exec/raw_exec/java on v2: `<alloc>.<task>.scope`; the task may contain dots.
 _NOMAD_SCOPE = re.compile(rf"^({_UUID})\.(.+)\.scope$")
 # Nomad on v1 (only under `/nomad`): ≥ 1.7 `<alloc>.<task>`; ≤ 1.6 reserved cpuset
-# `<alloc>-<task>`. Nomad ≤ 1.6's freezer `/nomad/<random uuid>` has no task part and no alloc
-# ID , so it matches neither and stays unattributed.
+# `<alloc>-<task>`. Nomad ≤ 1.6's executor `/nomad/<random uuid>` has no task part and no
+# alloc ID: a Nomad task, but not which.
 _NOMAD_V1 = re.compile(rf"^({_UUID})[.-](.+)$")
+_NOMAD_EXECUTOR = re.compile(rf"^{_UUID}$")
+_NOMAD_V2_PARENTS = (
+    ["nomad.slice"],
+    ["nomad.slice", "share.slice"],
+    ["nomad.slice", "reserve.slice"],
+)
+_NOMAD_V1_PARENTS = (["nomad"], ["nomad", "reserve"], ["nomad", "reserved"])
+# systemd's per-user manager: `user@<uid>.service` and everything below it is the user's.
+_USER_MANAGER = re.compile(r"^user@(\d+)\.service$")
 _LXC_PAYLOAD = re.compile(r"^lxc\.payload\.(.+)$")
 
 _V1_PREFERENCE = ("memory", "freezer", "cpu", "cpuacct", "pids", "devices", "name=systemd")
@@ -64,15 +86,17 @@ def classify_cgroup(text: str) -> ProcessOwner:
             v2_paths.append(path)
         else:
             v1_lines.append((_v1_rank(controllers), path))
-    for path in v2_paths:
+    vague: ProcessOwner | None = None
+    ranked = sorted(v1_lines, key=lambda ranked: ranked[0])
+    for path in [*v2_paths, *(path for _, path in ranked)]:
         owner = _classify_path(path)
-        if owner is not None:
-            return owner
-    for _, path in sorted(v1_lines, key=lambda ranked: ranked[0]):
-        owner = _classify_path(path)
-        if owner is not None:
-            return owner
-    return _HOST
+        if owner is None:
+            continue
+        if owner.kind is OwnerKind.NOMAD_TASK and owner.alloc_id is None:
+            vague = vague or owner  # a line that names the allocation may still come
+            continue
+        return owner
+    return vague or _HOST
 
 
 def _v1_rank(controllers: str) -> int:
@@ -83,21 +107,33 @@ def _v1_rank(controllers: str) -> int:
 
 
 def _classify_path(path: str) -> ProcessOwner | None:
-    """The owner named by one cgroup path, innermost component first; ``None`` for none."""
+    """The owner named by one cgroup path, outermost component first; ``None`` for none."""
     parts = [part for part in path.split("/") if part not in ("", ".", "..")]
-    # Nomad never runs under the kubelet: anything below kubepods is Kubernetes' container,
-    # whichever runtime (dockershim included) made it.
-    kube = any(part.startswith("kubepods") for part in parts)
-    for i in range(len(parts) - 1, -1, -1):
-        owner = _classify_component(parts[i], parts[:i], kube=kube)
+    for i, part in enumerate(parts):
+        if (user := _USER_MANAGER.match(part)) and user[1] != "0":
+            # A user's delegated subtree: every name below it is the user's choice.
+            return _HOST
+        if part.startswith("kubepods"):
+            # Nomad never runs under the kubelet: anything below kubepods is Kubernetes'
+            # container, whichever runtime (dockershim included) made it.
+            found = _first_kube(parts[i:])
+            return ProcessOwner(OwnerKind.OTHER_CONTAINER, container_id=found)
+        owner = _classify_component(part, parts[:i])
         if owner is not None:
             return owner
-    if kube:
-        return ProcessOwner(OwnerKind.OTHER_CONTAINER)
     return None
 
 
-def _classify_component(part: str, ancestors: list[str], *, kube: bool) -> ProcessOwner | None:
+def _first_kube(parts: list[str]) -> str | None:
+    """The container id a kubepods path names, if any."""
+    for part in parts:
+        owner = _classify_component(part, [])
+        if owner is not None and owner.container_id:
+            return owner.container_id
+    return None
+
+
+def _classify_component(part: str, ancestors: list[str]) -> ProcessOwner | None:
     """The owner named by one path component, given the components above it."""
     if _MONITOR.match(part):
         return None
@@ -106,21 +142,21 @@ def _classify_component(part: str, ancestors: list[str], *, kube: bool) -> Proce
     if (match := _DOCKER_SCOPE.match(part)) or (match := _BARE_ID.match(part)):
         # A bare 64-hex component is Docker's cgroupfs layout, with or without the `/docker`
         # parent (some Debian-era hosts had none).
-        kind = OwnerKind.OTHER_CONTAINER if kube else OwnerKind.DOCKER
-        return ProcessOwner(kind, container_id=match[1])
+        return ProcessOwner(OwnerKind.DOCKER, container_id=match[1])
     if match := _CRI_SCOPE.match(part):
         return ProcessOwner(OwnerKind.OTHER_CONTAINER, container_id=match[1])
     if match := _SYSTEMD_TRIPLE.match(part):
-        docker = match[1] == "docker" and not kube
-        kind = OwnerKind.DOCKER if docker else OwnerKind.OTHER_CONTAINER
+        kind = OwnerKind.DOCKER if match[1] == "docker" else OwnerKind.OTHER_CONTAINER
         return ProcessOwner(kind, container_id=match[2])
-    if match := _NOMAD_SCOPE.match(part):
+    if ancestors in _NOMAD_V2_PARENTS and (match := _NOMAD_SCOPE.match(part)):
         return ProcessOwner(OwnerKind.NOMAD_TASK, alloc_id=match[1], task=match[2])
-    if "nomad" in ancestors and (match := _NOMAD_V1.match(part)):
+    if ancestors in _NOMAD_V1_PARENTS and (match := _NOMAD_V1.match(part)):
         return ProcessOwner(OwnerKind.NOMAD_TASK, alloc_id=match[1], task=match[2])
+    if ancestors == ["nomad"] and _NOMAD_EXECUTOR.match(part):
+        return ProcessOwner(OwnerKind.NOMAD_TASK)
     if match := _LXC_PAYLOAD.match(part):
         return ProcessOwner(OwnerKind.OTHER_CONTAINER, container_id=match[1])
-    if ancestors and ancestors[-1] == "lxc":
+    if ancestors == ["lxc"]:
         # LXC before 4.0 on cgroup v1: `/lxc/<name>`.
         return ProcessOwner(OwnerKind.OTHER_CONTAINER, container_id=part)
     return None

@@ -20,7 +20,14 @@ MASK = "***"
 # A scheme (RFC 3986 §3.1) and the authority after `//`, which ends at the path, query,
 # fragment or a blank. The password may itself hold an unescaped '@' (urllib and libpq split
 # the userinfo at the last one), so the userinfo is everything before the last '@'.
-_AUTHORITY = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<authority>[^/?#\s]*)")
+# A match may start only where a run of scheme characters starts (the lookbehind), so each run
+# is scanned once: without it `re` retried the run from every letter in it, quadratic in its
+# length (a 128 KiB argument froze the controller for a minute). `pre` takes the run's leading
+# digits and `+.-`, so that the scheme still starts at its first letter, as before.
+_AUTHORITY = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<pre>[0-9+.-]*)"
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<authority>[^/?#\s]*)"
+)
 
 
 def _mask(match: re.Match[str]) -> str:
@@ -29,7 +36,7 @@ def _mask(match: re.Match[str]) -> str:
         # No userinfo, or a user without a password: nothing secret to hide.
         return match[0]
     user = userinfo.partition(":")[0]
-    return f"{match['scheme']}{user}:{MASK}@{host}"
+    return f"{match['pre']}{match['scheme']}{user}:{MASK}@{host}"
 
 
 def redact_url_passwords(text: str) -> str:
@@ -52,6 +59,10 @@ _SENSITIVE = ("token", "secret", "password", "passwd", "key", "credential")
 _AUTH_HEADER = re.compile(r"(?is)\b((?:proxy-)?authorization:\s*)\S.*")
 # In a retitled process's blob the header's words are apart: its value runs to the next option.
 _AUTH_HEADER_WORDS = re.compile(r"(?i)\b((?:proxy-)?authorization:\s*)\S+(?:\s+(?!-)\S+)*")
+# Any header-like `Name:` (`X-Vault-Token: x`, `PRIVATE-TOKEN:x`); whether its name is secret is
+# decided in Python. Starting only where a name starts keeps the scan linear; `//` after the
+# colon is a URL's scheme, not a header.
+_HEADER_NAME = re.compile(r"(?<![A-Za-z0-9_-])([A-Za-z0-9_-]+):(?!//)[ \t]*")
 
 
 def redact_argv(argv: Sequence[str], mode: CommandMode) -> str | None:
@@ -61,45 +72,66 @@ def redact_argv(argv: Sequence[str], mode: CommandMode) -> str | None:
     if len(argv) == 1 and len(argv[0].split()) > 1:
         # A process that rewrote its title (setproctitle) has one blob with blanks: it is
         # already a display string, so split it into words only to find secrets in it.
-        if mode == "full":
-            return argv[0]
-        blob = _AUTH_HEADER_WORDS.sub(rf"\g<1>{MASK}", argv[0])
-        return " ".join(_redact_args(blob.split()))
+        return argv[0] if mode == "full" else _redact_blob(argv[0], program=True)
     args = list(argv) if mode == "full" else _redact_args(argv)
     return " ".join(_quote(arg) for arg in args)
 
 
+def _redact_blob(blob: str, *, program: bool) -> str:
+    """A string of words (a retitled process, or a shell's ``-c`` script) with its secrets
+    hidden, word by word; ``program``: its first word is the program, kept as it is."""
+    masked = _AUTH_HEADER_WORDS.sub(rf"\g<1>{MASK}", blob)
+    words = masked.split()
+    return " ".join(_redact_args(words) if program else _redact_args(["", *words])[1:])
+
+
 def _redact_args(argv: Sequence[str]) -> list[str]:
     """``argv`` with the value of every option whose name looks secret, every password in a
-    URL and every ``Authorization:`` header value replaced by ``***``."""
+    URL and every secret header's value replaced by ``***``."""
     out = [_redact_secrets_in(argv[0])]
     mask_next = False
     for arg in map(_redact_secrets_in, argv[1:]):
-        if mask_next and not arg.startswith("-"):
-            # An option value that starts with '-' would be read as an option by argparse
-            # and most parsers, so such a word is the next option, not the secret.
+        if mask_next and not arg.startswith("--"):
+            # A long option after a secret option is the next option; anything else (even
+            # `-x`, which a secret may well start with) is taken for the secret.
             out.append(MASK)
             mask_next = False
             continue
         mask_next = False
-        name, eq, _ = arg.partition("=")
-        if eq:
-            # `--token=x` and environment-style `PASSWORD=x` alike.
-            out.append(f"{name}={MASK}" if _is_sensitive(name) else arg)
+        if any(ch.isspace() for ch in arg):
+            # `sh -c "app --token x"`: a script in one argument, whose words hold options.
+            out.append(_redact_blob(arg, program=False))
             continue
-        if arg.startswith("-") and _is_sensitive(arg):
+        name, eq, value = arg.partition("=")
+        if eq:
+            # `--token=x`, environment-style `PASSWORD=x`, and `--env=PASSWORD=x` alike.
+            out.append(f"{name}={MASK}" if _is_sensitive(name) else f"{name}={_assigned(value)}")
+            continue
+        if (arg.startswith("-") or arg.endswith(":")) and _is_sensitive(arg):
+            # `--token x`, and a header name whose value is the next word (`X-Api-Key: x`).
             mask_next = True
         out.append(arg)
     return out
 
 
+def _assigned(value: str) -> str:
+    """An option's value that may itself be an assignment (``--env=PASSWORD=x``)."""
+    name, eq, _ = value.partition("=")
+    return f"{name}={MASK}" if eq and _is_sensitive(name) else value
+
+
 def _redact_secrets_in(arg: str) -> str:
-    """``arg`` with URL passwords and an ``Authorization:`` header's value as ``***``.
+    """``arg`` with URL passwords and a credential header's value as ``***``.
 
     Done before the option rules, so that a '=' or a word like "key" inside a password cannot
     cut it in two and leave half of it shown.
     """
-    return _AUTH_HEADER.sub(rf"\g<1>{MASK}", redact_url_passwords(arg))
+    arg = _AUTH_HEADER.sub(rf"\g<1>{MASK}", redact_url_passwords(arg))
+    for match in _HEADER_NAME.finditer(arg):
+        if _is_sensitive(match[1]) and match.end() < len(arg):
+            # The value is the rest of the argument, as in an Authorization header.
+            return f"{arg[: match.end()]}{MASK}"
+    return arg
 
 
 def _is_sensitive(name: str) -> bool:

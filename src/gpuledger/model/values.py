@@ -316,6 +316,9 @@ class Reason(str, enum.Enum):
     """Nomad did not list the task's allocation, and did not answer when asked for it."""
     MIG = "mig"
     """The GPU is in MIG mode: reservations name its instances, not the card."""
+    NOMAD_TASK_UNNAMED = "nomad-task-unnamed"
+    """A Nomad task whose cgroup names no allocation (Nomad ≤ 1.6's ``/nomad/<id>`` on cgroup
+    v1): Nomad's, but not which allocation's."""
 
     @property
     def source(self) -> SourceName:
@@ -334,6 +337,7 @@ _REASON_SOURCE = {
     Reason.NOMAD_FORBIDDEN: SourceName.NOMAD,
     Reason.NOMAD_LOOKUP: SourceName.NOMAD,
     Reason.MIG: SourceName.GPU,
+    Reason.NOMAD_TASK_UNNAMED: SourceName.PROCFS,
 }
 
 
@@ -468,6 +472,9 @@ class Ledger:
     sources: Mapping[SourceName, SourceStatus]
     gpus: tuple[LedgerGpu, ...]
     findings: tuple[Finding, ...] = ()
+    unlisted: tuple[GpuProcess, ...] = ()
+    """Processes the driver lists on a GPU it does not list among the GPUs: they cannot be
+    joined, and are said, not dropped."""
 
     @property
     def worst(self) -> Level:

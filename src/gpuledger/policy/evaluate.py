@@ -55,6 +55,10 @@ _UNTRACED = {
         "belongs to an allocation Nomad did not list and did not answer for when asked on its "
         "own (GET /v1/allocation/<id>)"
     ),
+    Reason.NOMAD_TASK_UNNAMED: (
+        "is a Nomad task whose cgroup (/nomad/<id>, Nomad 1.6 or older on cgroup v1) does not "
+        "name its allocation (Nomad 1.7 and later name it)"
+    ),
 }
 _SOURCE_LABEL = {
     SourceName.GPU: "GPU driver",
@@ -216,6 +220,31 @@ class _Judge:
                 f"source:{name.value}",
                 message,
                 {"source": name.value},
+            )
+            if found:
+                yield found
+        yield from self.unlisted()
+
+    def unlisted(self) -> Iterator[Finding]:
+        """One finding per GPU the driver lists processes on but not among the GPUs."""
+        rule = self.policy.rule(Code.SOURCE_UNAVAILABLE, self.node)
+        by_gpu: dict[str, list[str]] = {}
+        for proc in self.ledger.unlisted:
+            by_gpu.setdefault(proc.gpu_uuid, []).append(
+                f"{proc.process_name or '?'} (pid {proc.pid})"
+            )
+        for uuid, procs in sorted(by_gpu.items()):
+            message = (
+                f"the GPU driver lists {', '.join(procs)} on GPU {uuid}, which it does not list "
+                "among the node's GPUs: that GPU cannot be judged"
+            )
+            found = self.finding(
+                Code.SOURCE_UNAVAILABLE,
+                rule,
+                uuid,
+                "source:gpu-unlisted",
+                message,
+                {"source": "gpu"},
             )
             if found:
                 yield found

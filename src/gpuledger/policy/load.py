@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Any
 
 from gpuledger.errors import PolicyError, YamlSyntaxError
 from gpuledger.model import Code, Level
+from gpuledger.model.text import excerpt
 from gpuledger.policy.globs import CONTAINER, JOB, NAMESPACE, NODE, PROCESS, why_unmatchable
 from gpuledger.policy.located import (
     JsonPath,
@@ -39,16 +40,33 @@ _MATCH_KINDS = {"node": NODE, "namespace": NAMESPACE, "job": JOB}
 _EXEMPT_KINDS = {"ignore_processes": PROCESS, "ignore_containers": CONTAINER}
 
 
+MAX_DURATION = timedelta(days=36_500)
+"""A hundred years: longer is no threshold (and dates computed from it would overflow)."""
+
+
 def parse_duration(text: str) -> timedelta:
-    """``90s``, ``15m``, ``6h``, ``2d``, ``1h30m``, or plain seconds; ``ValueError`` otherwise."""
+    """``90s``, ``15m``, ``6h``, ``2d``, ``1h30m``, or plain seconds, up to ``MAX_DURATION``;
+    ``ValueError`` otherwise."""
     text = str(text).strip()
     if re.fullmatch(r"\d+(\.\d+)?", text):
-        return timedelta(seconds=float(text))
+        return _bounded(text, lambda: timedelta(seconds=float(text)))
     match = _DURATION.match(text)
     if not text or match is None:
-        raise ValueError(f"{text!r} is not a duration: use a number with s, m, h or d, e.g. 6h")
+        raise ValueError(
+            f"{excerpt(text)} is not a duration: use a number with s, m, h or d, e.g. 6h"
+        )
     d, h, m, s = (int(g or 0) for g in match.groups())
-    return timedelta(days=d, hours=h, minutes=m, seconds=s)
+    return _bounded(text, lambda: timedelta(days=d, hours=h, minutes=m, seconds=s))
+
+
+def _bounded(text: str, make: Callable[[], timedelta]) -> timedelta:
+    try:
+        span: timedelta | None = make()
+    except OverflowError:
+        span = None
+    if span is None or span > MAX_DURATION:
+        raise ValueError(f"{excerpt(text)} is longer than {MAX_DURATION.days}d")
+    return span
 
 
 def policy_problems(doc: Located) -> list[Problem]:
@@ -61,6 +79,7 @@ def _beyond_schema(doc: Located) -> Iterator[Problem]:
     """Globs that cannot match, and node-scoped codes under a namespace or job match."""
     root = doc.value if isinstance(doc.value, dict) else {}
     yield from _exemption_globs(doc, ("findings",), root.get("findings"))
+    yield from _durations(doc, ("findings",), root.get("findings"))
     overrides = root.get("overrides")
     for i, override in enumerate(overrides if isinstance(overrides, list) else []):
         if not isinstance(override, dict):
@@ -74,6 +93,7 @@ def _beyond_schema(doc: Located) -> Iterator[Problem]:
                 yield doc.problem((*here, "match", key), why)
         findings = override.get("findings")
         yield from _exemption_globs(doc, (*here, "findings"), findings)
+        yield from _durations(doc, (*here, "findings"), findings)
         scoped = [k for k in ("namespace", "job") if k in match]
         for code in findings if isinstance(findings, dict) and scoped else ():
             if code in {c.value for c in NODE_SCOPED}:
@@ -83,6 +103,18 @@ def _beyond_schema(doc: Located) -> Iterator[Problem]:
                     "match them on node only, or set them in the top-level findings",
                     on_key=True,
                 )
+
+
+def _durations(doc: Located, path: JsonPath, findings: Any) -> Iterator[Problem]:
+    """Durations the schema's pattern takes but ``parse_duration`` does not (too long)."""
+    for code, rule in findings.items() if isinstance(findings, dict) else ():
+        after = rule.get("after") if isinstance(rule, dict) else None
+        if isinstance(after, str) and _DURATION.match(after.strip()):
+            # The schema reports what is no duration at all; this only what is too long.
+            try:
+                parse_duration(after)
+            except ValueError as exc:
+                yield doc.problem((*path, code, "after"), str(exc))
 
 
 def _exemption_globs(doc: Located, path: JsonPath, findings: Any) -> Iterator[Problem]:
@@ -156,13 +188,36 @@ def parse_policy(text: str, path: str, base: Policy | None = None) -> Policy:
     return _build(doc, path, base or default_policy())
 
 
+_HIDES_OUTAGES = (
+    "warning: 'off' hides every source that cannot be read (the GPU driver, /proc, Docker, "
+    "Podman, Nomad): an outage would then look like a quiet node; prefer WARN"
+)
+
+
+def policy_warnings(text: str, path: str) -> list[str]:
+    """What a valid policy allows but should not: ``source-unavailable`` set to ``off``."""
+    doc = read_yaml(text, path)
+    root = doc.value if isinstance(doc.value, dict) else {}
+    scopes: list[tuple[JsonPath, Any]] = [(("findings",), root.get("findings"))]
+    for i, override in enumerate(root.get("overrides") or []):
+        scopes.append((("overrides", i, "findings"), override.get("findings")))
+    code = Code.SOURCE_UNAVAILABLE.value
+    return [
+        doc.problem((*where, code, "level"), _HIDES_OUTAGES).render(path)
+        for where, findings in scopes
+        if isinstance(findings, dict) and (findings.get(code) or {}).get("level") == "off"
+    ]
+
+
 def load_policy(path: Path) -> Policy:
     """Load and validate the policy file at ``path``; any problem is a ``PolicyError``."""
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        # ValueError: a path with a NUL byte, which no file has.
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise PolicyError(str(path), [f"{path}: cannot read the policy file: {reason}"]) from None
+        shown = excerpt(str(path))
+        raise PolicyError(str(path), [f"{shown}: cannot read the policy file: {reason}"]) from None
     return parse_policy(text, str(path))
 
 

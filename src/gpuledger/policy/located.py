@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpuledger.errors import YamlSyntaxError
+from gpuledger.model.text import excerpt
 
 if TYPE_CHECKING:
     import jsonschema  # type: ignore[import-untyped]  # no stubs in the test extra
@@ -76,63 +77,114 @@ def dotted(path: JsonPath) -> str:
     return out or "(top level)"
 
 
+MAX_BYTES = 1_048_576
+"""A policy, test or web config file is a few KiB; a larger one is refused unread."""
+MAX_DEPTH = 64
+"""Nesting deeper than this is no policy (and would exhaust Python's recursion)."""
+MAX_VALUES = 100_000
+"""Values after aliases are expanded: a 481-byte "billion laughs" file expands to billions."""
+
+
 def read_yaml(text: str, source: str) -> Located:
-    """The YAML document in ``text`` with positions; ``YamlSyntaxError`` if it is not YAML."""
+    """The YAML document in ``text`` with positions; ``YamlSyntaxError`` if it is not YAML, or
+    not YAML this reader takes (tags, recursive or exploding aliases, deep nesting, lone
+    surrogates, over ``MAX_BYTES``)."""
+    if len(text) > MAX_BYTES:
+        raise YamlSyntaxError(f"{source}: {len(text)} characters: more than a policy holds")
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         reason = getattr(exc, "problem", None) or str(exc)
-        raise YamlSyntaxError(f"{where}: not valid YAML: {reason}") from None
+        raise YamlSyntaxError(f"{where}: not valid YAML: {excerpt(reason)}") from None
+    except RecursionError:
+        raise YamlSyntaxError(f"{source}: not valid YAML: nested too deep") from None
     doc = Located(value=None)
     if root is not None:
-        doc.value = _walk(root, (), doc, yaml.SafeLoader(""))
+        walk = _Walk(doc, source)
+        doc.value = walk.node(root, (), ())
     return doc
 
 
-def _walk(node: yaml.Node, path: JsonPath, doc: Located, loader: yaml.SafeLoader) -> Any:
-    doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-    if isinstance(node, yaml.MappingNode):
+class _Walk:
+    """The node tree as plain values, within the bounds of this module."""
+
+    def __init__(self, doc: Located, source: str) -> None:
+        self.doc, self.source = doc, source
+        self.loader = yaml.SafeLoader("")
+        self.count = 0
+
+    def refuse(self, node: yaml.Node, why: str) -> YamlSyntaxError:
+        line, column = node.start_mark.line + 1, node.start_mark.column + 1
+        return YamlSyntaxError(f"{self.source}:{line}:{column}: not valid YAML here: {why}")
+
+    def node(self, node: yaml.Node, path: JsonPath, above: tuple[yaml.Node, ...]) -> Any:
+        self.count += 1
+        if self.count > MAX_VALUES:
+            raise self.refuse(node, f"more than {MAX_VALUES} values once aliases are expanded")
+        if len(above) >= MAX_DEPTH:
+            raise self.refuse(node, f"nested deeper than {MAX_DEPTH} levels")
+        if any(node is outer for outer in above):
+            raise self.refuse(node, "an alias that contains itself")
+        if not node.tag.startswith("tag:yaml.org,2002:"):
+            raise self.refuse(node, f"the tag {excerpt(node.tag)} is not supported: remove it")
+        self.doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, yaml.MappingNode):
+            return self.mapping(node, path, (*above, node))
+        if isinstance(node, yaml.SequenceNode):
+            inner = (*above, node)
+            return [self.node(item, (*path, i), inner) for i, item in enumerate(node.value)]
+        return self.scalar(node)
+
+    def mapping(self, node: yaml.MappingNode, path: JsonPath, above: tuple[yaml.Node, ...]) -> Any:
+        doc = self.doc
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
+            line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
             if not isinstance(key_node, yaml.ScalarNode):
-                line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
                 doc.problems.append(
                     Problem(line, column, dotted(path), "keys must be plain strings")
                 )
                 continue
-            key = str(key_node.value)
+            key = self.text(key_node, str(key_node.value))
             child = (*path, key)
             if key in out:
-                line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
                 doc.problems.append(
                     Problem(
                         line,
                         column,
                         dotted(child),
-                        f"duplicate key {key!r}: YAML would keep only the last one; keep one",
+                        f"duplicate key {excerpt(key)}: YAML would keep only the last one; "
+                        "keep one",
                     )
                 )
                 continue
-            doc.keys[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            out[key] = _walk(value_node, child, doc, loader)
+            doc.keys[child] = (line, column)
+            out[key] = self.node(value_node, child, above)
         return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_walk(item, (*path, i), doc, loader) for i, item in enumerate(node.value)]
-    return _scalar(node, loader)
 
+    def text(self, node: yaml.Node, text: str) -> str:
+        if any("\ud800" <= ch <= "\udfff" for ch in text):
+            raise self.refuse(node, "a lone surrogate (such as \\ud800) is not a character")
+        return text
 
-def _scalar(node: yaml.Node, loader: yaml.SafeLoader) -> Any:
-    text = str(node.value)
-    if node.tag == _BOOL_TAG and text.lower() not in ("true", "false"):
-        return text
-    if node.tag == _TIMESTAMP_TAG:
-        return text
-    value = loader.construct_object(node)
-    if isinstance(value, float) and not math.isfinite(value):
-        return text  # .inf and .nan pass every numeric bound; keep them a string to refuse
-    return value
+    def scalar(self, node: yaml.Node) -> Any:
+        text = self.text(node, str(node.value))
+        if node.tag == _BOOL_TAG and text.lower() not in ("true", "false"):
+            return text
+        if node.tag == _TIMESTAMP_TAG:
+            return text
+        try:
+            value = self.loader.construct_object(node)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError, LookupError) as exc:
+            # PyYAML's constructors fail in many ways on odd scalars (`!!int` alone: IndexError).
+            why = getattr(exc, "problem", None) or str(exc)
+            why = f"{excerpt(text)} cannot be read as {node.tag}: {excerpt(why)}"
+            raise self.refuse(node, why) from None
+        if isinstance(value, float) and not math.isfinite(value):
+            return text  # .inf and .nan pass every numeric bound; keep them a string to refuse
+        return value
 
 
 # --------------------------------------------------------------------------- schema errors
@@ -200,7 +252,7 @@ _TYPES = {
 
 def _unknown(path: JsonPath, key: str, allowed: list[str]) -> str:
     noun = "finding code" if path and path[-1] == "findings" else "key"
-    what = f"unknown {noun} {key!r}; allowed: {', '.join(allowed) or 'none'}"
+    what = f"unknown {noun} {excerpt(key)}; allowed: {', '.join(allowed) or 'none'}"
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     return f"{what}; did you mean {close[0]!r}?" if close else what
 
@@ -217,4 +269,4 @@ def _quote(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    return repr(value)
+    return excerpt(value)

@@ -51,7 +51,10 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         )
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
-        raise TypeError(f"{name_or_path}: a scenario must be a mapping")
+        raise ValueError("a scenario must be a mapping")
+    missing = [key for key in ("node", "gpus") if key not in data]
+    if missing:
+        raise ValueError(f"a scenario needs {' and '.join(missing)}")
     return data
 
 

@@ -7,15 +7,27 @@ from collections.abc import Sequence
 
 from gpuledger.model import AllocRef, Finding, Ledger, LedgerGpu, Tenant
 
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+# Control characters (newlines included: a Nomad job name may hold one and would forge rows),
+# and the invisible marks that reorder or break what a terminal shows: bidi embeddings,
+# overrides and isolates (U+202E turns "exe.txt" around), and the Unicode line separators.
+_CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def _printable(text: str) -> str:
-    """Escape control characters: a process title must not drive the operator's terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Escape what could drive the terminal or forge a row: ESC as ``\\x1b``, U+202E as
+    ``\\u202e``; a cell of the table is one line of plain characters."""
+    return _CONTROL.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    rows = [[_printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -73,8 +85,8 @@ def _gpu_rows(lgpu: LedgerGpu) -> list[list[str]]:
 def render_ledger(ledger: Ledger) -> str:
     """The ledger as a table, then its sources and findings."""
     lines = [
-        f"node {ledger.node.name}  nomad node {ledger.node.nomad_node_id or '-'}  "
-        f"at {ledger.at.isoformat()}"
+        f"node {_printable(ledger.node.name)}  "
+        f"nomad node {_printable(ledger.node.nomad_node_id or '-')}  at {ledger.at.isoformat()}"
     ]
     lines.append(
         "sources: "
@@ -92,7 +104,7 @@ def render_ledger(ledger: Ledger) -> str:
         lines.append("no GPU could be read")
     lines.append("")
     lines.append(render_findings(ledger).rstrip("\n"))
-    return _printable("\n".join(lines)) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def _finding_row(f: Finding, index: dict[str, int]) -> list[str]:
@@ -103,11 +115,12 @@ def _finding_row(f: Finding, index: dict[str, int]) -> list[str]:
 def render_findings(ledger: Ledger) -> str:
     """The findings, worst first, and the worst level."""
     if not ledger.findings:
-        return f"no findings on {ledger.node.name} (worst: OK)\n"
+        return f"no findings on {_printable(ledger.node.name)} (worst: OK)\n"
     index = {lgpu.gpu.uuid: lgpu.gpu.index for lgpu in ledger.gpus}
     rows = [["LEVEL", "CODE", "GPU", "MESSAGE"], *(_finding_row(f, index) for f in ledger.findings)]
     lines = _columns(rows)
     lines.append(
-        f"{len(ledger.findings)} findings on {ledger.node.name} (worst: {ledger.worst.name})"
+        f"{len(ledger.findings)} findings on {_printable(ledger.node.name)} "
+        f"(worst: {ledger.worst.name})"
     )
-    return _printable("\n".join(lines)) + "\n"
+    return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ from gpuledger.commands.demo import world_config
 from gpuledger.commands.policy_test.suite import Case
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.reconcile import gpu_state
+from gpuledger.errors import ConfigError
 from gpuledger.model import (
     AllocRef,
     Container,
@@ -30,9 +31,10 @@ from gpuledger.model import (
     TenantFacts,
     Verdict,
 )
+from gpuledger.model.text import excerpt
 from gpuledger.policy.load import parse_duration
 from gpuledger.policy.rules import Policy
-from gpuledger.sim.world import World
+from gpuledger.sim.world import Scenario, World
 
 AT = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 """The instant every case is judged at; ``history`` durations count back from it."""
@@ -138,19 +140,29 @@ class Scenarios:
         node = case.doc.get("node")
         key = (str(case.scenario_key), node)
         if key not in self.ledgers:
-            with tempfile.TemporaryDirectory(prefix="gpuledger-policytest-") as tmp:
-                world = World.start(case.scenario, Path(tmp))
-                try:
-                    self.ledgers[key] = one_shot(
-                        world_config(world),
-                        policy,
-                        node_name=node or str(world.scenario["node"]["name"]),
-                        at=AT,
-                        version=__version__,
-                    )
-                finally:
-                    world.stop()
+            try:
+                self.ledgers[key] = self._read(case.scenario, policy, node)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                # A scenario file is the user's: one the simulator cannot run is their mistake.
+                raise ConfigError(
+                    f"scenario {excerpt(str(case.scenario_key))} cannot be simulated: "
+                    f"{type(exc).__name__} {excerpt(str(exc))}"
+                ) from None
         return self.ledgers[key]
+
+    def _read(self, scenario: Scenario, policy: Policy, node: str | None) -> Ledger:
+        with tempfile.TemporaryDirectory(prefix="gpuledger-policytest-") as tmp:
+            world = World.start(scenario, Path(tmp))
+            try:
+                return one_shot(
+                    world_config(world),
+                    policy,
+                    node_name=node or str(world.scenario["node"]["name"]),
+                    at=AT,
+                    version=__version__,
+                )
+            finally:
+                world.stop()
 
 
 def since_of(ledger: Ledger, history: Mapping[str, Mapping[str, str]]) -> Since:
@@ -158,7 +170,7 @@ def since_of(ledger: Ledger, history: Mapping[str, Mapping[str, str]]) -> Since:
     gpu_state: dict[str, tuple[GpuState, datetime]] = {}
     held_idle: dict[str, datetime] = {}
     for key, spans in history.items():
-        lgpu = by_index.get(int(key))
+        lgpu = by_index.get(int(key)) if key.isascii() and key.isdigit() else None
         if lgpu is None:
             continue
         if "state" in spans:

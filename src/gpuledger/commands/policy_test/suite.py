@@ -12,8 +12,15 @@ import yaml
 
 from gpuledger.commands.policy_test.schema import TEST_FILE_SCHEMA
 from gpuledger.errors import ConfigError, YamlSyntaxError
+from gpuledger.model.text import excerpt
 from gpuledger.policy.load import load_policy
-from gpuledger.policy.located import JsonPath, Located, Problem, read_yaml, schema_problems
+from gpuledger.policy.located import (
+    JsonPath,
+    Located,
+    Problem,
+    read_yaml,
+    schema_problems,
+)
 from gpuledger.policy.rules import Policy
 from gpuledger.sim.world import Scenario, load_scenario
 
@@ -97,12 +104,10 @@ def _case_problems(doc: Located, path: Path, skip: set[int]) -> Iterator[Problem
 def _scenario_problems(
     doc: Located, path: Path, here: JsonPath, case: Mapping[str, Any]
 ) -> Iterator[Problem]:
-    if _scenario(path, case["scenario"]) is None:
-        yield doc.problem(
-            (*here, "scenario"),
-            f"{case['scenario']!r} is neither a built-in scenario (such as demo) nor "
-            "a scenario .yaml file beside the test file",
-        )
+    try:
+        _scenario(path, case["scenario"])
+    except ConfigError as exc:
+        yield doc.problem((*here, "scenario"), str(exc))
     if "sources" in case:
         yield doc.problem(
             (*here, "sources"), "only for inline gpus: a scenario sets its own sources"
@@ -114,7 +119,7 @@ def _index_problems(
 ) -> Iterator[Problem]:
     """History keys and expected GPUs that name no GPU (inline ledgers list theirs)."""
     for key in case.get("history", {}):
-        if not key.isdigit():
+        if not (key.isascii() and key.isdigit()):
             yield doc.problem((*here, "history", key), f"{key!r} is not a GPU index", on_key=True)
         elif indexes is not None and int(key) not in indexes:
             yield doc.problem(
@@ -126,10 +131,17 @@ def _index_problems(
             yield doc.problem((*here, "expect", j, "gpu"), f"no GPU {gpu} in this case's gpus")
 
 
-def _scenario(test_file: Path, name: str) -> Scenario | None:
-    """A built-in scenario by name, or a scenario file relative to the test file."""
+def _scenario(test_file: Path, name: str) -> Scenario:
+    """A built-in scenario by name, or a scenario file relative to the test file;
+    ``ConfigError`` says why there is none."""
     source: str | Path = test_file.parent / name if name.endswith(YAML_SUFFIXES) else name
     try:
         return load_scenario(source)
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
+    except (OSError, ValueError, yaml.YAMLError, RecursionError) as exc:
+        if not name.endswith(YAML_SUFFIXES):
+            raise ConfigError(
+                f"{excerpt(name)} is neither a built-in scenario (such as demo) nor a scenario "
+                ".yaml file beside the test file"
+            ) from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else excerpt(str(exc))
+        raise ConfigError(f"{excerpt(name)} is not a scenario file: {why}") from None

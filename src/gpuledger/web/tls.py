@@ -1,0 +1,131 @@
+"""The TLS front: HTTPS on the public port, each connection handed to waitress in the clear.
+
+waitress speaks no TLS, and wrapping its listening socket with ``ssl`` lets one client that
+never sends a ClientHello freeze the whole server (the handshake blocks its single loop).
+Here asyncio's ``ssl`` support does the TLS: every handshake runs concurrently and one that
+has not finished within ``handshake_timeout_s`` is dropped. Each established connection gets
+its own connection to waitress on a private unix socket (mode 0600 in a 0700 folder), and the
+bytes are copied both ways; waitress then applies its own limits and idle timeout, and when it
+closes its side the client's connection is closed too. Nothing here reads HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from pathlib import Path
+
+from gpuledger.errors import ConfigError
+
+_CHUNK = 65_536
+
+
+class TlsFront:
+    """Listens on ``host:port`` (empty host: every address) and forwards to ``upstream``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        context: ssl.SSLContext,
+        upstream: Path,
+        *,
+        connections: int,
+        handshake_timeout_s: float,
+    ) -> None:
+        """Bind now (so that a port in use is a usage error at start-up); serve in ``run``."""
+        self._context, self._upstream = context, str(upstream)
+        self._room = connections
+        self._handshake_timeout_s = handshake_timeout_s
+        self._sockets = _bind(host, port)
+        self._loop = asyncio.new_event_loop()
+        self._stopped: asyncio.Event | None = None
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Where it listens: (host, port) of each socket."""
+        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self._sockets]
+
+    def run(self) -> None:
+        """Serve until ``close`` (blocks: run it in a thread)."""
+        self._loop.run_until_complete(self._serve())
+
+    def close(self) -> None:
+        """Stop accepting and serving; the listening sockets are closed."""
+        if self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+        else:
+            for sock in self._sockets:
+                sock.close()
+
+    async def _serve(self) -> None:
+        self._stopped = asyncio.Event()
+        servers = [
+            await asyncio.start_server(
+                self._client,
+                sock=sock,
+                ssl=self._context,
+                ssl_handshake_timeout=self._handshake_timeout_s,
+                limit=_CHUNK,
+            )
+            for sock in self._sockets
+        ]
+        await self._stopped.wait()
+        for server in servers:
+            server.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One client's connection: handed to waitress, or closed when the room is full."""
+        if self._room <= 0:
+            await _close(writer)
+            return
+        self._room -= 1
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(self._upstream)
+        except OSError:
+            self._room += 1
+            await _close(writer)
+            return
+        try:
+            await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+        finally:
+            self._room += 1
+            await _close(up_writer)
+            await _close(writer)
+
+
+async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Copy until ``source`` ends or fails, then end ``sink``."""
+    with contextlib.suppress(OSError, ssl.SSLError, asyncio.IncompleteReadError):
+        while data := await source.read(_CHUNK):
+            sink.write(data)
+            await sink.drain()
+    await _close(sink)
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer`` and wait for it, whatever state the connection is in."""
+    if writer.is_closing():
+        return
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError, asyncio.TimeoutError):
+        await asyncio.wait_for(writer.wait_closed(), 5)
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on ``host:port``; every address (IPv6 and IPv4) for an empty host."""
+    try:
+        if host in ("", "*"):
+            if socket.has_dualstack_ipv6():
+                return [
+                    socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+                ]
+            return [socket.create_server(("", port))]
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+        family, _, _, _, address = infos[0]
+        return [socket.create_server(address[:2], family=family)]
+    except (OSError, UnicodeError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(f"--listen {host}:{port}: cannot listen there: {why}") from None
