@@ -200,7 +200,8 @@ class FakePynvml(ModuleType):
         """[current, pending]; NotSupported on GPUs without MIG."""
         self._enter("nvmlDeviceGetMigMode")
         mode = int(bool(self._value(handle.gpu, "mig")))
-        return [mode, mode]
+        pending = handle.gpu.get("mig_pending")
+        return [mode, mode if pending is None else int(bool(pending))]
 
     # ----------------------------------------------------------------- processes
 

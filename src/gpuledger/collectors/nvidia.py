@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import re
 import signal
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Literal
 
@@ -27,6 +28,8 @@ Backend = Literal["auto", "nvml", "nvidia-smi"]
 SOURCE = "gpu"
 _MIB = 1024 * 1024
 
+# What every driver gpuledger supports knows (R410 on; README, "Compatibility"): every other
+# field is optional.
 _GPU_FIELDS = (
     "index",
     "uuid",
@@ -36,8 +39,8 @@ _GPU_FIELDS = (
     "memory.used",
     "memory.total",
     "temperature.gpu",
-    "mig.mode.current",
 )
+_MIG = ("mig.mode.current", "mig.mode.pending")
 _TLIMIT = ("temperature.gpu.tlimit",)
 _EVENT = ("clocks_event_reasons.hw_thermal_slowdown", "clocks_event_reasons.sw_thermal_slowdown")
 _THROTTLE = (
@@ -45,9 +48,10 @@ _THROTTLE = (
     "clocks_throttle_reasons.sw_thermal_slowdown",
 )
 _ENCODER = ("encoder.stats.sessionCount",)
-# Fields some drivers lack. One unknown field fails the whole query (exit 2), so each group
-# is first asked in a call of its own; the old throttle names only when the new ones are refused.
-_OPTIONAL = (_TLIMIT, _EVENT, _THROTTLE, _ENCODER)
+# Fields some drivers lack (MIG's before R450). One unknown field fails the whole query (exit 2),
+# so each group is first asked in a call of its own; the old throttle names only when the new
+# ones are refused.
+_OPTIONAL = (_MIG, _TLIMIT, _EVENT, _THROTTLE, _ENCODER)
 _APPS_QUERY = "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
 _FORMAT = "--format=csv,noheader,nounits"
 
@@ -260,12 +264,23 @@ def _cell(text: str) -> str | None:
     return value
 
 
+def _records(text: str) -> Iterator[str]:
+    """The records of nvidia-smi's CSV output, which ends each with ``\n`` and nothing else.
+
+    Not ``str.splitlines()``: a process name is argv[0], which any user sets, and may hold
+    ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85``, U+2028 or U+2029, on each of
+    which ``splitlines`` would cut a record in two. A ``\r`` before the ``\n`` is dropped.
+    """
+    for line in text.split("\n"):
+        record = line.removesuffix("\r")
+        if record.strip():
+            yield record
+
+
 def parse_csv(text: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
     """Rows of ``--format=csv,noheader,nounits`` output, keyed by the queried ``fields``."""
     rows = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    for line in _records(text):
         cells = line.split(", ")
         if len(cells) != len(fields):
             raise ValueError(f"expected {len(fields)} columns, got {len(cells)} in {line[:120]!r}")
@@ -281,9 +296,7 @@ def parse_gpus(text: str, fields: Sequence[str]) -> tuple[Gpu, ...]:
 def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
     """The processes in ``--query-compute-apps=gpu_uuid,pid,process_name,used_memory`` output."""
     processes = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    for line in _records(text):
         # A process name may hold ", ": take the UUID and PID from the left, memory from the right.
         left = line.split(", ", 2)
         if len(left) != 3 or ", " not in left[2]:
@@ -296,7 +309,8 @@ def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
             GpuProcess(
                 gpu_uuid=uuid.strip(),
                 pid=_number(pid, "pid", int),
-                process_name=_cell(name),
+                # As written: argv[0] may begin or end with what str.strip() takes away.
+                process_name=None if _cell(name) is None else name,
                 used_memory_mib=_optional_number(memory, "used_memory", int),
             )
         )
@@ -312,7 +326,11 @@ def _number(text: str | None, field: str, kind: Callable[[str], Any]) -> Any:
 
 def _optional_number(text: str | None, field: str, kind: Callable[[str], Any]) -> Any:
     value = _cell(text) if text is not None else None
-    return None if value is None else _number(value, field, kind)
+    if value is None:
+        return None
+    number = _number(value, field, kind)
+    # float() takes "nan" and "inf": no reading a driver can mean, and no JSON either.
+    return None if isinstance(number, float) and not math.isfinite(number) else number
 
 
 def _word(row: Mapping[str, str | None], field: str, yes: str, no: str) -> bool | None:
@@ -352,8 +370,9 @@ def _gpu(row: Mapping[str, str | None]) -> Gpu:
         thermal_margin_c=_optional_number(row.get(_TLIMIT[0]), _TLIMIT[0], int),
         thermal_slowdown=_slowdown(row),
         encoder_sessions=_optional_number(row.get(_ENCODER[0]), _ENCODER[0], int),
-        mig_enabled=_word(row, "mig.mode.current", "Enabled", "Disabled"),
+        mig_enabled=_word(row, _MIG[0], "Enabled", "Disabled"),
         driver_version=row.get("driver_version"),
+        mig_pending=_word(row, _MIG[1], "Enabled", "Disabled"),
     )
 
 
@@ -454,6 +473,7 @@ class Nvml:
                 encoder_sessions=None if encoder is None else int(encoder[0]),
                 mig_enabled=None if mig is None else mig[0] == nv.NVML_DEVICE_MIG_ENABLE,
                 driver_version=self._driver,
+                mig_pending=None if mig is None else mig[1] == nv.NVML_DEVICE_MIG_ENABLE,
             )
             return gpu, self._processes(handle, uuid)
         except nv.NVMLError as e:

@@ -16,7 +16,8 @@ collector it fakes::
 
 ``null`` prints ``[N/A]`` (``[Not Found]`` for a process name); a MIG GPU prints ``[N/A]``
 utilisation. ``legacy_fields`` plays a driver before 535: no ``temperature.gpu.tlimit``, only
-the ``clocks_throttle_reasons.*`` names, and ``memory.used`` that includes the reserved memory.
+the ``clocks_throttle_reasons.*`` names, and ``memory.used`` that includes the reserved memory;
+``unknown_fields`` lists ``--query-gpu`` fields the driver refuses (``mig.mode.*`` before R450).
 A process that ``vanishes`` has exited before this call; one with ``listed_calls: N`` is listed by
 the first N process queries (counted in ``.compute-apps-calls`` beside the state file), then has
 exited. ``fault`` is one of ``no-driver``
@@ -104,6 +105,10 @@ _GPU_COLUMNS: dict[str, tuple[str, Getter]] = {
     ),
     "encoder.stats.sessionCount": ("", lambda g, s: g.get("encoder_sessions")),
     "mig.mode.current": ("", lambda g, s: _word(g.get("mig"), "Enabled", "Disabled")),
+    "mig.mode.pending": (
+        "",
+        lambda g, s: _word(g.get("mig_pending", g.get("mig")), "Enabled", "Disabled"),
+    ),
 }
 _GPU_ALIASES = {"gpu_uuid": "uuid", "gpu_name": "name", "gpu_bus_id": "pci.bus_id"}
 
@@ -123,8 +128,10 @@ def _invalid(name: str) -> _ExitError:
     return _ExitError(2, f'Field "{name}" is not a valid field to query.\n\n')
 
 
-def _resolve_gpu_field(name: str, legacy: bool) -> tuple[str, str]:
+def _resolve_gpu_field(name: str, legacy: bool, unknown: Sequence[str]) -> tuple[str, str]:
     """(header shown, canonical key) for a --query-gpu field of the synthetic driver."""
+    if name in unknown:
+        raise _invalid(name)
     if name.startswith("clocks_throttle_reasons."):
         key = "clocks_event_reasons." + name.removeprefix("clocks_throttle_reasons.")
         if key not in _GPU_COLUMNS:
@@ -166,7 +173,8 @@ def _parse_format(text: str | None) -> _Format:
 
 def _query_gpu(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> str:
     legacy = bool(state.get("legacy_fields"))
-    resolved = [_resolve_gpu_field(name, legacy) for name in names]
+    unknown = state.get("unknown_fields", [])
+    resolved = [_resolve_gpu_field(name, legacy, unknown) for name in names]
     headers = []
     for shown, key in resolved:
         unit = _GPU_COLUMNS[key][0]
