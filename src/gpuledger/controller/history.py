@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, Since
+from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerUnit, Since
 from gpuledger.policy.evaluate import JudgeMemo, evaluate
 from gpuledger.policy.rules import Policy
 
@@ -98,11 +98,12 @@ def advance(
     job_seconds = dict(history.job_seconds)
     # An unreadable source leaves some GPUs' facts in doubt: no job is charged for the tick.
     all_read = all(s.readable or not s.enabled for s in ledger.sources.values())
-    for lgpu in ledger.gpus:
-        key = (lgpu.gpu.uuid, lgpu.state)
+    # A MIG instance counts as a device of its own, as Nomad counts it; its card as `mig`.
+    for unit in ledger.units():
+        key = (unit.uuid, unit.state)
         state_seconds[key] = state_seconds.get(key, 0.0) + seconds
-        use = USE_OF_STATE.get(lgpu.state)
-        res = lgpu.reservation
+        use = USE_OF_STATE.get(unit.state)
+        res = unit.reservation
         if all_read and use is not None and res is not None:
             job = (res.namespace or "", res.job or "", use)
             job_seconds[job] = job_seconds.get(job, 0.0) + seconds
@@ -110,8 +111,8 @@ def advance(
         at=at,
         interval=interval,
         gpus={
-            lgpu.gpu.uuid: _mark(marks.get(lgpu.gpu.uuid), lgpu, policy, ledger, at)
-            for lgpu in ledger.gpus
+            unit.uuid: _mark(marks.get(unit.uuid), unit, policy, ledger, at)
+            for unit in ledger.units()
         },
         findings={} if gap else history.findings,
         state_seconds=state_seconds,
@@ -120,7 +121,7 @@ def advance(
 
 
 def _mark(
-    previous: GpuMark | None, lgpu: LedgerGpu, policy: Policy, ledger: Ledger, at: datetime
+    previous: GpuMark | None, lgpu: LedgerUnit, policy: Policy, ledger: Ledger, at: datetime
 ) -> GpuMark:
     alloc = lgpu.reservation.id if lgpu.reservation else None
     same = previous is not None and previous.state is lgpu.state and previous.alloc == alloc
@@ -132,12 +133,13 @@ def _mark(
     return GpuMark(state=lgpu.state, since=since, alloc=alloc, held_idle_since=idle_since)
 
 
-def _held_below(lgpu: LedgerGpu, policy: Policy, node: str) -> bool:
+def _held_below(lgpu: LedgerUnit, policy: Policy, node: str) -> bool:
     """Held by its allocation, and below the held-idle rule's utilisation threshold."""
-    res, util = lgpu.reservation, lgpu.gpu.utilization_percent
+    res, util = lgpu.reservation, lgpu.utilization_percent
     if lgpu.state is not GpuState.HELD or res is None or util is None:
         return False
-    return util < policy.rule(Code.HELD_IDLE, node, res.namespace, res.job).below_percent
+    rule = policy.rule(Code.HELD_IDLE, node, res.namespace, res.job, lgpu.profile)
+    return util < rule.below_percent
 
 
 def judge_with(
@@ -151,8 +153,14 @@ def judge_with(
 ) -> Judged:
     """Count the tick, fill each GPU's ``state_since``, judge, and date every finding."""
     counted = advance(history, ledger, policy, at, interval)
+    marks = counted.gpus
     gpus = tuple(
-        replace(lgpu, state_since=counted.gpus[lgpu.gpu.uuid].since) for lgpu in ledger.gpus
+        replace(
+            lgpu,
+            state_since=marks[lgpu.uuid].since,
+            instances=tuple(replace(i, state_since=marks[i.uuid].since) for i in lgpu.instances),
+        )
+        for lgpu in ledger.gpus
     )
     dated = replace(ledger, gpus=gpus, findings=())
     found = [*evaluate(dated, policy, counted.since(), at, memo), *extra]
