@@ -15,7 +15,13 @@ collector it fakes::
                     "vanishes": false}]}
 
 ``null`` prints ``[N/A]`` (``[Not Found]`` for a process name); a MIG GPU prints ``[N/A]``
-utilisation. ``legacy_fields`` plays a driver before 535: no ``temperature.gpu.tlimit``, only
+utilisation. A GPU with ``"mig": true`` (``mig_pending`` for the mode after a reset) has
+``mig_devices`` [{uuid, profile, gi, ci, memory_used, memory_total}], which ``-L`` lists under
+it (``Device N`` by position) and ``-q -x`` shows as ``<mig_device>``; a process on it has the
+ids ``gpu_instance`` and ``compute_instance`` (0 when left out) in ``-q -x``, which leaves out
+one with ``xml_hidden``. ``mig_relayout`` lists the devices in reverse at every second ``-L``
+(the layout changed between two calls); ``xml_fault: garbage`` breaks ``-q -x``.
+``legacy_fields`` plays a driver before 535: no ``temperature.gpu.tlimit``, only
 the ``clocks_throttle_reasons.*`` names, and ``memory.used`` that includes the reserved memory;
 ``unknown_fields`` lists ``--query-gpu`` fields the driver refuses (``mig.mode.*`` before R450).
 A process that ``vanishes`` has exited before this call; one with ``listed_calls: N`` is listed by
@@ -27,7 +33,9 @@ open, for ``hang_seconds``, default 3600). ``call_log`` names a file each call a
 arguments to; ``pid_file`` one where ``hang`` writes its PIDs.
 
 Replaying a real capture: ``"capture": DIR`` with ``"capture_phase": "idle"|"load"`` answers
-from ``DIR/<phase>-query-gpu.csv`` and ``DIR/<phase>-query-compute-apps.csv`` (columns chosen
+``-L`` from ``DIR/list-gpus.txt``, ``-q -x`` from ``DIR/<phase>-q.txt`` (the captures hold no
+XML: the text's facts under the XML's element names), and the queries from
+``DIR/<phase>-query-gpu.csv`` and ``DIR/<phase>-query-compute-apps.csv`` (columns chosen
 by header name, aliases and unknown fields per ``DIR/help-query-*.txt``). ``"capture": FILE``
 reads a file of ``# nvidia-smi <args>`` sections (the legacy samples), or a bare
 ``--query-gpu`` CSV. A capture without a compute-apps section answers with no processes; one
