@@ -128,8 +128,8 @@ def parse_query_xml(text: str) -> dict[str, XmlCard]:
     """Card UUID → its MIG devices and processes, from ``nvidia-smi -q -x``."""
     try:
         root = ET.fromstring(text)  # noqa: S314 - expat expands no external entity
-    except ET.ParseError as e:
-        raise _failure(f"nvidia-smi -q -x is not XML ({e})") from None
+    except (ET.ParseError, UnicodeError) as e:
+        raise _failure(f"nvidia-smi -q -x is not XML ({str(e)[:120]})") from None
     if root.tag != "nvidia_smi_log":
         raise _failure(f"nvidia-smi -q -x gave <{root.tag[:40]}>, not <nvidia_smi_log>")
     cards: dict[str, XmlCard] = {}
