@@ -3,6 +3,7 @@ matches on profile, what the ledger cannot see said as a finding, the history pe
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from gpuledger.controller import history as hist
 from gpuledger.controller.reconcile import Desired
 from gpuledger.errors import PolicyError
-from gpuledger.model import Code, Finding, GpuState, Ledger, Level, Since
+from gpuledger.model import Code, Finding, GpuProcess, GpuState, Ledger, Level, Since
 from gpuledger.policy.evaluate import evaluate
 from gpuledger.policy.load import default_policy, parse_policy
 from gpuledger.policy.rules import Policy
@@ -145,3 +146,14 @@ def test_desired_unread_counts_instances_unknown() -> None:
     assert {s for (uuid, s) in counted.state_seconds if uuid.startswith("MIG-")} == {
         GpuState.UNKNOWN
     }
+
+
+def test_a_process_on_a_gpu_the_driver_did_not_list_is_said() -> None:
+    ghost = "GPU-77777777-7777-7777-7777-777777777777"
+    obs = mig_node({})
+    assert obs.reading is not None
+    reading = replace(obs.reading, processes=(GpuProcess(ghost, 99, "ghost", 1),))
+    found = by_code(findings(join(nomad(), replace(obs, reading=reading))))
+    (said,) = found["source-unavailable"]
+    assert (said.gpu, said.owner, said.subject["pid"]) == (ghost, "source:gpu-unlisted", 99)
+    assert "which it did not list among the GPUs" in said.message
