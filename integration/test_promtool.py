@@ -100,3 +100,18 @@ def test_a_lint_problem_would_be_seen(promtool: str) -> None:
     run = check(promtool, b"# HELP x_ms t\n# TYPE x_ms counter\nx_ms 1\n")
     assert run.returncode != 0
     assert "_total" in run.stdout + run.stderr
+
+
+def test_promtool_finds_nothing_to_lint_on_a_mig_node(promtool: str, tmp_path: Path) -> None:
+    """The MIG node: each instance a series of its own, with its card and profile."""
+    w = World.start(load_scenario("mig"), tmp_path)
+    try:
+        body = exposition(w)
+    finally:
+        w.stop()
+    assert b'gpuledger_gpu_state{state="mig",uuid="GPU-9d3e5f74-' in body
+    assert b'gpuledger_mig_instance_state{parent="GPU-9d3e5f74-' in body
+    assert b'profile="1g.18gb",state="unaccounted",uuid="MIG-7c4f5eb1-' in body
+    assert b"gpuledger_mig_instance_state_seconds_total{" in body
+    run = check(promtool, body)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")

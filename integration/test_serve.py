@@ -573,3 +573,37 @@ def test_the_demo_serves_the_node_and_drifts(tmp_path: Path) -> None:
     assert shown.startswith("$ gpuledger ls\n")
     assert "\n$ gpuledger check\n" in shown and "8 findings on demo-gpu-node" in shown
     assert '"event"' not in shown  # the JSON log lines are not dumped on the terminal
+
+
+def test_the_mig_demo_serves_its_instances_and_drifts() -> None:
+    out, stop = StringIO(), threading.Event()
+    result: list[int] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            run_demo(out, scenario="mig", stop=stop, listen="127.0.0.1:0", drift_every=1.0)
+        )
+    )
+    thread.start()
+    destroyed = "MIG-4f1c2b8e-7d3a-5e90-a6b4-1c8d2e3f4a50"  # the notebook's, in the last phase
+    try:
+        url = eventually(
+            lambda: (m := re.search(r"(http://127\.0\.0\.1:\d+/)ledger", out.getvalue())) and m[1],
+            "the demo's URLs",
+        )
+
+        def missing_instance() -> bool:
+            answer = requests.get(url + "ledger", timeout=10)
+            return answer.status_code == 200 and [
+                d["uuid"] for d in answer.json()["missingDevices"]
+            ] == [destroyed]
+
+        eventually(missing_instance, "the destroyed instance in missingDevices")
+        metrics = requests.get(url + "metrics", timeout=10).text
+        assert 'gpuledger_mig_instance_state{parent="GPU-9d3e5f74-' in metrics
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert result == [0]
+    shown = out.getvalue()
+    assert "1:2c.3g.71gb (2/1)  held" in shown
+    assert "GPU 1 is split with MIG" in shown

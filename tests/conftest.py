@@ -36,16 +36,26 @@ def nvidia_world(tmp_path: Path) -> NvidiaWorld:
     return NvidiaWorld(tmp_path)
 
 
-@pytest.fixture
-def demo_world() -> Iterator[World]:
-    """The demo scenario's simulated node, running; tests may change it with ``update``."""
+def _running(scenario: str) -> Iterator[World]:
     # unix socket paths must stay under 108 bytes: a short directory in /tmp, not tmp_path
     with tempfile.TemporaryDirectory(prefix="gl-", dir="/tmp") as tmp:
-        world = World.start(load_scenario("demo"), Path(tmp))
+        world = World.start(load_scenario(scenario), Path(tmp))
         try:
             yield world
         finally:
             world.stop()
+
+
+@pytest.fixture
+def demo_world() -> Iterator[World]:
+    """The demo scenario's simulated node, running; tests may change it with ``update``."""
+    yield from _running("demo")
+
+
+@pytest.fixture
+def mig_world() -> Iterator[World]:
+    """The MIG scenario's node (an H200 split as in the real capture), running."""
+    yield from _running("mig")
 
 
 # Property-based tests (tests/test_fuzz_parsers.py): a short run by default; the long one

@@ -6,6 +6,13 @@ functions the collector calls, shaped as ``nvidia-ml-py`` 13.x returns them: the
 ``usedGpuMemory`` ``None`` when not available, GI/CI ids 0xFFFFFFFF outside MIG, encoder stats
 as ``(count, fps, latency)``. ``legacy_fields`` plays a pre-535 driver: no
 ``nvmlDeviceGetMarginTemperature``, ``…ClocksEventReasons`` or ``…MemoryInfo_v2`` symbols.
+
+MIG as NVML shows it: a card with ``mig`` has up to ``MAX_MIG`` slots; its ``mig_devices``
+fill them in order (or at their ``slot``), an empty slot answers NotFound. A MIG handle has its
+own UUID, name (``<card> MIG <profile>``), ids and memory (NoPermission with
+``memory_refused``), and lists the processes whose ``gpu_instance``/``compute_instance`` are
+its ids; the card's handle lists them all with their ids (NoPermission with
+``aggregate_refused``, as for a caller without privileges).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import pynvml
 
 _MIB = 1024 * 1024
 _NOT_IN_MIG = 0xFFFFFFFF
+MAX_MIG = 7
 
 
 def _error(code: int) -> pynvml.NVMLError:
@@ -32,6 +40,14 @@ def _bytes(mib: int) -> int:
 class _Handle:
     def __init__(self, gpu: dict[str, Any]) -> None:
         self.gpu = gpu
+
+
+class _MigHandle:
+    """A MIG device of a card in MIG mode (``mig_devices`` of the card's state)."""
+
+    def __init__(self, gpu: dict[str, Any], device: dict[str, Any]) -> None:
+        self.gpu = gpu
+        self.device = device
 
 
 class FakePynvml(ModuleType):
@@ -111,14 +127,18 @@ class FakePynvml(ModuleType):
 
     # ----------------------------------------------------------------- device
 
-    def nvmlDeviceGetUUID(self, handle: _Handle) -> str:  # noqa: N802
-        """The GPU UUID (str, as pynvml decodes it)."""
+    def nvmlDeviceGetUUID(self, handle: _Handle | _MigHandle) -> str:  # noqa: N802
+        """The GPU's or the MIG device's UUID (str, as pynvml decodes it)."""
         self._enter("nvmlDeviceGetUUID")
+        if isinstance(handle, _MigHandle):
+            return str(handle.device["uuid"])
         return str(handle.gpu["uuid"])
 
-    def nvmlDeviceGetName(self, handle: _Handle) -> str:  # noqa: N802
-        """The product name."""
+    def nvmlDeviceGetName(self, handle: _Handle | _MigHandle) -> str:  # noqa: N802
+        """The product name; a MIG device's is its card's, then ``MIG <profile>``."""
         self._enter("nvmlDeviceGetName")
+        if isinstance(handle, _MigHandle):
+            return f"{handle.gpu['name']} MIG {handle.device['profile']}"
         return str(handle.gpu["name"])
 
     def nvmlDeviceGetPciInfo(self, handle: _Handle) -> SimpleNamespace:  # noqa: N802
@@ -127,10 +147,17 @@ class FakePynvml(ModuleType):
         bus = str(handle.gpu.get("pci_bus_id", "00000000:00:00.0"))
         return SimpleNamespace(busId=bus.encode(), busIdLegacy=bus[-12:].encode())
 
-    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:  # noqa: N802
-        """v1 counts reserved memory as used; v2 reports it apart, as nvidia-smi does."""
+    def nvmlDeviceGetMemoryInfo(  # noqa: N802
+        self, handle: _Handle | _MigHandle, version: int | None = None
+    ) -> Any:
+        """v1 counts reserved memory as used; v2 reports it apart, as nvidia-smi does. A MIG
+        device's is its GPU instance's (NoPermission in a container that may not see it)."""
         self._enter("nvmlDeviceGetMemoryInfo")
         gpu = handle.gpu
+        if isinstance(handle, _MigHandle):
+            if handle.device.get("memory_refused"):
+                raise _error(pynvml.NVML_ERROR_NO_PERMISSION)
+            gpu = handle.device
         used, total = self._value(gpu, "memory_used"), self._value(gpu, "memory_total")
         reserved = gpu.get("memory_reserved", 0)
         if version is None:
@@ -200,17 +227,53 @@ class FakePynvml(ModuleType):
         """[current, pending]; NotSupported on GPUs without MIG."""
         self._enter("nvmlDeviceGetMigMode")
         mode = int(bool(self._value(handle.gpu, "mig")))
-        return [mode, mode]
+        pending = handle.gpu.get("mig_pending")
+        return [mode, mode if pending is None else int(bool(pending))]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: _Handle) -> int:  # noqa: N802
+        """How many MIG slots the card has: 0 outside MIG mode."""
+        self._enter("nvmlDeviceGetMaxMigDeviceCount")
+        return MAX_MIG if handle.gpu.get("mig") else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, index: int) -> _MigHandle:  # noqa: N802
+        """The MIG device in slot ``index``; NotFound for an empty slot."""
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex")
+        if not handle.gpu.get("mig") or not 0 <= index < MAX_MIG:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        devices = handle.gpu.get("mig_devices", [])
+        for position, device in enumerate(devices):
+            if device.get("slot", position) == index:
+                return _MigHandle(handle.gpu, device)
+        raise _error(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: _MigHandle) -> int:  # noqa: N802
+        """The GPU instance id of a MIG device."""
+        self._enter("nvmlDeviceGetGpuInstanceId")
+        return int(handle.device["gi"])
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: _MigHandle) -> int:  # noqa: N802
+        """The compute instance id of a MIG device."""
+        self._enter("nvmlDeviceGetComputeInstanceId")
+        return int(handle.device["ci"])
 
     # ----------------------------------------------------------------- processes
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:  # noqa: N802
-        """The compute processes; one that ``vanishes`` is listed once, then gone."""
+    def nvmlDeviceGetComputeRunningProcesses(  # noqa: N802
+        self, handle: _Handle | _MigHandle
+    ) -> list[SimpleNamespace]:
+        """The compute processes; one that ``vanishes`` is listed once, then gone. A MIG
+        device lists those on its ids; a card in MIG mode lists all, with their ids."""
         self._enter("nvmlDeviceGetComputeRunningProcesses")
+        gpu = handle.gpu
+        mig = bool(gpu.get("mig"))
+        if mig and isinstance(handle, _Handle) and gpu.get("aggregate_refused"):
+            raise _error(pynvml.NVML_ERROR_NO_PERMISSION)
         listed = []
-        mig = bool(handle.gpu.get("mig"))
         for proc in self.state.get("processes", []):
-            if proc["gpu"] != handle.gpu["uuid"] or proc["pid"] in self._gone:
+            if proc["gpu"] != gpu["uuid"] or proc["pid"] in self._gone:
+                continue
+            ids = (proc.get("gpu_instance", 0), proc.get("compute_instance", 0))
+            if isinstance(handle, _MigHandle) and ids != (handle.device["gi"], handle.device["ci"]):
                 continue
             if proc.get("vanishes"):
                 self._gone.add(proc["pid"])
@@ -219,8 +282,8 @@ class FakePynvml(ModuleType):
                 SimpleNamespace(
                     pid=proc["pid"],
                     usedGpuMemory=None if memory is None else _bytes(memory),
-                    gpuInstanceId=proc.get("gpu_instance", 0) if mig else _NOT_IN_MIG,
-                    computeInstanceId=0 if mig else _NOT_IN_MIG,
+                    gpuInstanceId=ids[0] if mig else _NOT_IN_MIG,
+                    computeInstanceId=ids[1] if mig else _NOT_IN_MIG,
                 )
             )
         return listed

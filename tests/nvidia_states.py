@@ -34,3 +34,56 @@ def world(
     """A synthetic machine with a recent driver."""
     state = {"driver_version": "590.48.01", "legacy_fields": False, "fault": None}
     return state | {"gpus": list(gpus), "processes": processes or []} | more
+
+
+MASKED = "GPU-00000000-0000-0000-0000-000000000000"
+
+
+def masked_mig(n: int) -> str:
+    """The masked MIG UUIDs of the captures: ``MIG-0000000N-0000-0000-0000-00000000000N``."""
+    return f"MIG-{n:08d}-0000-0000-0000-{n:012d}"
+
+
+def h200_mig(load: bool = True) -> dict[str, Any]:
+    """The H200-MIG capture's machine (590.48.01) as a synthetic world, each value read by hand
+    from its files: ``list-gpus.txt`` (profiles, UUIDs), ``load-q.txt``/``idle-q.txt`` (ids,
+    per-GPU-instance memory, each process's ids) and ``*-query-gpu.csv`` (the card)."""
+    # (profile, GI, CI, used under load, used idle, total)
+    layout = [
+        ("1c.3g.71gb", 2, 0, 16925, 22, 71424),
+        ("2c.3g.71gb", 2, 1, 16925, 22, 71424),
+        ("2g.35gb", 3, 0, 17, 17, 33280),
+        ("1g.18gb", 9, 0, 9, 9, 16384),
+        ("1g.18gb", 10, 0, 9, 9, 16384),
+    ]
+    devices = [
+        {
+            "uuid": masked_mig(n),
+            "profile": profile,
+            "gi": gi,
+            "ci": ci,
+            "memory_used": busy if load else idle,
+            "memory_total": total,
+        }
+        for n, (profile, gi, ci, busy, idle, total) in enumerate(layout)
+    ]
+    card = gpu(
+        uuid=MASKED,
+        utilization=None,
+        memory_used=16959 if load else 55,
+        memory_reserved=614,
+        temperature=36 if load else 28,
+        tlimit=46 if load else 59,
+        mig=True,
+        mig_devices=devices,
+    )
+    processes = [
+        {"gpu": MASKED, "pid": pid, "name": name, "used_memory": memory}
+        | {"gpu_instance": 2, "compute_instance": 1}
+        for pid, name, memory in (
+            (12249, "/root/tools/memhog", 2194),
+            (12250, "/root/tools/memhog", 1170),
+            (12267, "./gpu_burn", 13526),
+        )
+    ]
+    return world(card, processes=processes if load else [])

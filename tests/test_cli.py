@@ -312,15 +312,20 @@ def _gpu(world: World, index: int) -> dict[str, Any]:
     return gpu
 
 
-def test_mig_gpu_is_unknown_never_a_false_unreserved_tenant(world: World) -> None:
+def test_a_card_in_mig_mode_without_instances_is_never_a_false_unreserved_tenant(
+    world: World,
+) -> None:
     gpus = [dict(g) for g in world.scenario["gpus"]]
     gpus[2] = gpus[2] | {"mig": True, "utilization": None}
     world.update(gpus=gpus)
     doc = ls_json(world)
-    assert doc["gpus"][2]["state"] == "unknown"
+    assert doc["gpus"][2]["state"] == "mig"
+    assert doc["gpus"][2]["instances"] == []
     assert doc["gpus"][2]["utilizationPercent"] is None
     gpu2 = doc["gpus"][2]["uuid"]
     assert not any(f["code"] == "unreserved-tenant" and f["gpu"] == gpu2 for f in doc["findings"])
+    # The exec task's process is on an instance nothing proves: said, never judged.
+    assert ("source-unavailable", "ERROR", 2) in findings(doc)
 
 
 def test_task_whose_allocation_is_gone_is_an_orphan(world: World) -> None:

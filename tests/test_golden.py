@@ -23,17 +23,10 @@ DEMO_POLICY = Path(__file__).resolve().parents[1] / "src/gpuledger/sim/scenarios
 REGEN = os.environ.get("GPULEDGER_REGEN_GOLDEN") == "1"
 
 
-@pytest.fixture
-def world(demo_world: World) -> World:
-    return demo_world
-
-
 def output(world: World, *argv: str) -> str:
     out = io.StringIO()
-    main(
-        [*argv, *world.cli_args(), "--policy", str(DEMO_POLICY), "--node-name", "demo-gpu-node"],
-        out=out,
-    )
+    node = str(world.scenario["node"]["name"])
+    main([*argv, *world.cli_args(), "--policy", str(DEMO_POLICY), "--node-name", node], out=out)
     return out.getvalue()
 
 
@@ -49,19 +42,28 @@ def normalized_table(text: str) -> str:
     return re.sub(r" at \S+$", " at <at>", text, count=1, flags=re.MULTILINE)
 
 
-@pytest.mark.parametrize(
-    ("name", "argv", "normalize"),
-    [
-        ("ls.json", ("ls", "--json"), normalized_json),
-        ("check.json", ("check", "--json"), normalized_json),
-        ("ls.txt", ("ls",), normalized_table),
-    ],
-)
-def test_golden(world: World, name: str, argv: tuple[str, ...], normalize) -> None:  # type: ignore[no-untyped-def]
-    got = normalize(output(world, *argv))
+DOCUMENTS = [
+    ("ls.json", ("ls", "--json"), normalized_json),
+    ("check.json", ("check", "--json"), normalized_json),
+    ("ls.txt", ("ls",), normalized_table),
+]
+
+
+def compare(got: str, name: str) -> None:
     path = GOLDEN / name
     if REGEN:
         path.write_text(got, encoding="utf-8")
     assert got == path.read_text(encoding="utf-8"), (
         f"{name} changed: review the diff, then regenerate with GPULEDGER_REGEN_GOLDEN=1"
     )
+
+
+@pytest.mark.parametrize(("name", "argv", "normalize"), DOCUMENTS)
+def test_golden(demo_world: World, name: str, argv: tuple[str, ...], normalize) -> None:  # type: ignore[no-untyped-def]
+    compare(normalize(output(demo_world, *argv)), name)
+
+
+@pytest.mark.parametrize(("name", "argv", "normalize"), DOCUMENTS)
+def test_golden_mig(mig_world: World, name: str, argv: tuple[str, ...], normalize) -> None:  # type: ignore[no-untyped-def]
+    """The MIG node's ledger: instances under their card, each with its state and findings."""
+    compare(normalize(output(mig_world, *argv)), f"mig-{name}")

@@ -153,10 +153,17 @@ def test_a_reading_the_driver_does_not_report_has_no_sample_never_zero() -> None
         assert value(name, uuid=C) is None, name
 
 
-def test_gpu_info_and_one_state_of_five_per_gpu() -> None:
+def test_gpu_info_and_one_state_of_six_per_gpu() -> None:
     assert value("gpuledger_gpu_info", uuid=B, index="1", name="NVIDIA GeForce RTX 4090") == 1
     states = {s.value: value("gpuledger_gpu_state", uuid=A, state=s.value) for s in GpuState}
-    assert states == {"held": 1, "reserved-idle": 0, "unaccounted": 0, "free": 0, "unknown": 0}
+    assert states == {
+        "held": 1,
+        "reserved-idle": 0,
+        "unaccounted": 0,
+        "free": 0,
+        "unknown": 0,
+        "mig": 0,
+    }
     since = value("gpuledger_gpu_state_since_timestamp_seconds", uuid=A)
     assert since == (AT - timedelta(hours=1)).timestamp()
 
@@ -251,3 +258,65 @@ def test_the_openmetrics_exposition_parses_strictly() -> None:
     assert families["gpuledger_job_gpu_seconds"].type == "counter"
     assert families["gpuledger_build"].type == "info"
     assert families["gpuledger_gpu_state"].type == "gauge"
+
+
+def mig_snapshot() -> Snapshot:
+    from test_evaluate_mig import drifting  # noqa: PLC0415 - the MIG node of those tests
+
+    ledger = drifting()
+    history = History(at=AT, state_seconds={(ledger.gpus[1].instances[0].uuid, GpuState.HELD): 45})
+    return Snapshot(ledger, history, duration_s=0.25, interval=timedelta(seconds=15))
+
+
+def test_each_mig_instance_is_a_series_with_its_card_and_profile() -> None:
+    r = registry(mig_snapshot())
+    (held, idle, stray) = mig_snapshot().ledger.gpus[1].instances
+    card = held.instance.parent_uuid
+    labels = {"uuid": held.uuid, "parent": card, "profile": "3g.71gb"}
+    assert r.get_sample_value("gpuledger_mig_instance_state", {**labels, "state": "held"}) == 1
+    assert r.get_sample_value("gpuledger_mig_instance_state", {**labels, "state": "free"}) == 0
+    # No instance is ever "mig": only its card is.
+    assert r.get_sample_value("gpuledger_mig_instance_state", {**labels, "state": "mig"}) is None
+    assert r.get_sample_value("gpuledger_mig_instance_memory_used_bytes", labels) == 100 * 2**20
+    assert r.get_sample_value("gpuledger_mig_instance_memory_total_bytes", labels) == 71424 * 2**20
+    assert (
+        r.get_sample_value(
+            "gpuledger_mig_instance_state_seconds_total", {**labels, "state": "held"}
+        )
+        == 45
+    )
+    stray_labels = {"uuid": stray.uuid, "parent": card, "profile": "1g.18gb"}
+    assert (
+        r.get_sample_value("gpuledger_mig_instance_state", {**stray_labels, "state": "unaccounted"})
+        == 1
+    )
+    info = {"uuid": idle.uuid, "parent": card, "profile": "2g.35gb", "gpu_instance": "5"}
+    assert r.get_sample_value("gpuledger_mig_instance_info", {**info, "compute_instance": "0"}) == 1
+    # The card: state mig, and its seconds only in the card's family.
+    assert r.get_sample_value("gpuledger_gpu_state", {"uuid": card, "state": "mig"}) == 1
+    assert (
+        r.get_sample_value(
+            "gpuledger_gpu_state_seconds_total", {"uuid": held.uuid, "state": "held"}
+        )
+        is None
+    )
+    # Tenants on an instance are the instance's.
+    assert (
+        r.get_sample_value(
+            "gpuledger_tenant_gpu_memory_bytes",
+            {
+                "uuid": stray.uuid,
+                "namespace": "default",
+                "nomad_job": "job",
+                "task": "t",
+                "container_id": "",
+            },
+        )
+        == 10 * 2**20
+    )
+
+
+def test_the_mig_exposition_parses_strictly() -> None:
+    body, _ = render(mig_snapshot(), "application/openmetrics-text; version=1.0.0")
+    names = {m.name for m in text_string_to_metric_families(body.decode())}
+    assert {"gpuledger_mig_instance_state", "gpuledger_mig_instance_state_seconds"} <= names

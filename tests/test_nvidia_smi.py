@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shlex
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +21,8 @@ from gpuledger.collectors.nvidia import (
     parse_gpus,
 )
 from gpuledger.errors import SourceError
-from gpuledger.model import Gpu, GpuProcess
+from gpuledger.model import Gpu, GpuProcess, GpuState, Ledger, LedgerGpu, NodeInfo
+from gpuledger.model.contract import ledger_doc
 from nvidia_states import UUID_A, UUID_B, gpu, world
 
 if TYPE_CHECKING:  # `from conftest import` would find integration/conftest.py too
@@ -56,6 +60,7 @@ def test_reads_every_fact_of_a_gpu_and_its_processes(nvidia_world: NvidiaWorld) 
             encoder_sessions=0,
             mig_enabled=False,
             driver_version="590.48.01",
+            mig_pending=False,
         ),
     )
     assert reading.processes == (GpuProcess(UUID_A, 4242, "python3", 1000),)
@@ -562,12 +567,17 @@ def test_replays_a_real_capture(nvidia_world: NvidiaWorld, capture: str) -> None
                 encoder_sessions=encoder,
                 mig_enabled=mig,
                 driver_version=driver,
+                # Each capture shows the same pending mode as its current one.
+                mig_pending=mig,
             ),
         ), phase
         count, pid, process, memory = CAPTURED_APPS[capture, phase]
         assert len(reading.processes) == count, phase
         if count:
-            assert reading.processes[0] == GpuProcess(MASKED, pid, process, memory), phase
+            first = dataclasses.replace(reading.processes[0], instance=None)
+            first = dataclasses.replace(first, gpu_instance_id=None, compute_instance_id=None)
+            # Where a MIG process runs is test_mig_collectors.py's to check.
+            assert first == GpuProcess(MASKED, pid, process, memory), phase
             # Every process of the capture sits on the (parent) GPU, MIG or not.
             assert {p.gpu_uuid for p in reading.processes} == {MASKED}
 
@@ -688,5 +698,77 @@ def test_parses_the_8xh200_processes_with_a_not_found_name() -> None:
     ],
 )
 def test_unparsable_process_rows_are_refused(line: str) -> None:
-    with pytest.raises(ValueError, match=r"GPU-x|twelve|lots"):
+    with pytest.raises(SourceError, match=r"GPU-x|twelve|lots"):
         parse_compute_apps(line)
+
+
+# --------------------------------------------------------------------------- odd input
+
+
+# Each splits a line for str.splitlines() and none for nvidia-smi, which ends a record with \n.
+ODD_SEPARATORS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("odd", ODD_SEPARATORS, ids=[f"U+{ord(c):04X}" for c in ODD_SEPARATORS])
+def test_a_process_name_with_a_line_break_of_unicode_is_one_record(
+    nvidia_world: NvidiaWorld, odd: str
+) -> None:
+    name = f"./evil{odd}GPU-x, 1, forged, 9{odd}"
+    procs = [
+        {"gpu": UUID_A, "pid": 77, "name": name, "used_memory": 12},
+        {"gpu": UUID_A, "pid": 78, "name": "python3", "used_memory": 34},
+    ]
+    reading = read(nvidia_world, world(gpu(), processes=procs))
+    assert reading.processes == (
+        GpuProcess(UUID_A, 77, name, 12),
+        GpuProcess(UUID_A, 78, "python3", 34),
+    )
+
+
+def test_a_carriage_return_before_the_newline_is_no_part_of_the_record() -> None:
+    text = "GPU-a, 7, python3, 12\r\nGPU-a, 8, ./x\r, 5\r\n"
+    assert parse_compute_apps(text) == (
+        GpuProcess("GPU-a", 7, "python3", 12),
+        GpuProcess("GPU-a", 8, "./x\r", 5),
+    )
+
+
+def test_a_driver_before_r450_without_mig_fields_is_read(
+    nvidia_world: NvidiaWorld, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    # R410 to R440 (Tesla P100/T4 nodes) refuse mig.mode.*: one unknown field fails a query.
+    old = world(
+        gpu(name="Tesla T4", memory_total=15109, tlimit=None),
+        driver_version="418.87.00",
+        legacy_fields=True,
+        unknown_fields=["mig.mode.current", "mig.mode.pending", "encoder.stats.sessionCount"],
+        call_log=str(log),
+    )
+    smi = NvidiaSmi(nvidia_world.nvidia_smi)
+    nvidia_world.set(old)
+    for _ in range(2):  # the second read rides on what the first learnt
+        (got,) = smi.read().gpus
+        assert got.name == "Tesla T4"
+        assert got.driver_version == "418.87.00"
+        assert got.utilization_percent == 87.0
+        assert got.mig_enabled is None
+        assert got.mig_pending is None
+        assert got.encoder_sessions is None
+    assert "mig.mode.current" not in calls(log)[-2][0]
+
+
+@pytest.mark.parametrize("odd", ["nan", "NaN", "inf", "-inf", "Infinity"])
+def test_nan_and_infinity_are_no_value_and_the_ledger_stays_json(
+    nvidia_world: NvidiaWorld, odd: str
+) -> None:
+    (got,) = read(nvidia_world, world(gpu(utilization=odd))).gpus
+    assert got.utilization_percent is None
+    ledger = Ledger(
+        node=NodeInfo("n", None, "0"),
+        at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        sources={},
+        gpus=(LedgerGpu(got, GpuState.FREE, None, ()),),
+    )
+    # Strict JSON: NaN and Infinity are no JSON values.
+    json.dumps(ledger_doc(ledger), allow_nan=False)

@@ -12,7 +12,7 @@ from fake_pynvml import FakePynvml
 from gpuledger.collectors.nvidia import NvidiaSmi, Nvml, open_backend
 from gpuledger.errors import SourceError
 from gpuledger.model import GpuProcess, GpuReading
-from nvidia_states import UUID_A, UUID_B, gpu, world
+from nvidia_states import UUID_A, UUID_B, gpu, h200_mig, world
 
 if TYPE_CHECKING:  # `from conftest import` would find integration/conftest.py too
     from conftest import NvidiaWorld
@@ -56,6 +56,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         gpu(mig=True),
         processes=[{"gpu": UUID_A, "pid": 21198, "name": "./gpu_burn", "used_memory": 7484}],
     ),
+    "h200 split with MIG, as captured": h200_mig(),
     "hot": world(gpu(temperature=91, tlimit=-2, hw_thermal_slowdown=True, utilization=100)),
     "everything unknown": world(
         gpu(

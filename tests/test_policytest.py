@@ -211,3 +211,23 @@ def test_an_invalid_policy_under_test_is_a_usage_error_with_its_messages(
 
 def test_the_test_file_schema_is_a_valid_json_schema() -> None:
     jsonschema.Draft202012Validator.check_schema(TEST_FILE_SCHEMA)
+
+
+def test_a_profile_override_is_tested_on_the_simulated_mig_node(tmp_path: Path) -> None:
+    policy = (
+        "version: 1\n"
+        "overrides:\n"
+        "  - match: {profile: '1g.*'}\n"
+        "    findings: {unreserved-tenant: {level: WARN}}\n"
+    )
+    stray = "MIG-7c4f5eb1-a06d-51c3-99e7-4f1a5b6c7d83"  # the mig scenario's 1g.18gb, GI 9
+    case = (
+        "  - name: a stray on a 1g instance is only a warning\n"
+        "    scenario: mig\n"
+        "    codes: [unreserved-tenant]\n"
+        f"    expect: [{{code: unreserved-tenant, level: {{}}, gpu: {stray}}}]\n"
+    )
+    code, out = run(str(write_suite(tmp_path, case.replace("{}", "WARN"), policy)))
+    assert (code, out.splitlines()[-1]) == (0, "1 case: 1 passed, 0 failed"), out
+    code, out = run(str(write_suite(tmp_path, case.replace("{}", "BAD"), policy)))
+    assert code == 1, out

@@ -234,12 +234,6 @@ def test_unreadable_proc_makes_tenants_undecided() -> None:
     assert states(nomad(), obs) == ["unknown", "free"]
 
 
-def test_mig_gpu_is_unknown_even_when_reserved_and_used() -> None:
-    desired = nomad(alloc(A1, "t", G0))
-    obs = observed({10: (G0, exec_task(A1))}, gpu_list=gpus(G0, G1, mig=True))
-    assert states(desired, obs) == ["unknown", "unknown"]
-
-
 def test_join_is_on_uuid_not_index() -> None:
     swapped = (Gpu(index=0, uuid=G1, name="x"), Gpu(index=1, uuid=G0, name="x"))
     desired = nomad(alloc(A1, "t", G0))

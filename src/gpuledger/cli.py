@@ -246,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Nomad) with drift that changes over time, and serve it on localhost.",
     )
     demo.add_argument("--json", action="store_true", help="print the JSON documents")
+    demo.add_argument(
+        "--mig",
+        action="store_true",
+        help="a node whose H200 is split with MIG: a ledger per instance",
+    )
     for name, sub_parser in {**sub.choices, **psub.choices}.items():
         # so that a stray argument is reported by the command it was given to
         sub_parser.set_defaults(_parser=sub_parser, _name=name)
@@ -412,7 +417,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger demo``."""
     from gpuledger.commands.demo import run_demo  # noqa: PLC0415 - the simulator loads only here
 
-    return run_demo(out, as_json=args.json)
+    return run_demo(out, as_json=args.json, scenario="mig" if args.mig else "demo")
 
 
 COMMANDS = {

@@ -11,22 +11,35 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import re
 import signal
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import Any, Literal
 
+from gpuledger.collectors.nvidia_mig import (
+    Listed,
+    MigOutputs,
+    XmlCard,
+    parse_list_gpus,
+    parse_query_xml,
+    place_listed,
+    place_on_instances,
+)
 from gpuledger.errors import SourceError
-from gpuledger.model import Gpu, GpuProcess, GpuReading
+from gpuledger.model import Gpu, GpuProcess, GpuReading, MigInstance
 
 Backend = Literal["auto", "nvml", "nvidia-smi"]
 
 SOURCE = "gpu"
 _MIB = 1024 * 1024
 
+# What every driver gpuledger supports knows (R410 on; README, "Compatibility"): every other
+# field is optional.
 _GPU_FIELDS = (
     "index",
     "uuid",
@@ -36,8 +49,8 @@ _GPU_FIELDS = (
     "memory.used",
     "memory.total",
     "temperature.gpu",
-    "mig.mode.current",
 )
+_MIG = ("mig.mode.current", "mig.mode.pending")
 _TLIMIT = ("temperature.gpu.tlimit",)
 _EVENT = ("clocks_event_reasons.hw_thermal_slowdown", "clocks_event_reasons.sw_thermal_slowdown")
 _THROTTLE = (
@@ -45,9 +58,10 @@ _THROTTLE = (
     "clocks_throttle_reasons.sw_thermal_slowdown",
 )
 _ENCODER = ("encoder.stats.sessionCount",)
-# Fields some drivers lack. One unknown field fails the whole query (exit 2), so each group
-# is first asked in a call of its own; the old throttle names only when the new ones are refused.
-_OPTIONAL = (_TLIMIT, _EVENT, _THROTTLE, _ENCODER)
+# Fields some drivers lack (MIG's before R450). One unknown field fails the whole query (exit 2),
+# so each group is first asked in a call of its own; the old throttle names only when the new
+# ones are refused.
+_OPTIONAL = (_MIG, _TLIMIT, _EVENT, _THROTTLE, _ENCODER)
 _APPS_QUERY = "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
 _FORMAT = "--format=csv,noheader,nounits"
 
@@ -64,6 +78,10 @@ _VERSION_MISMATCH = 18
 # Errors nvidia-smi prints as a cell token ([N/A], [Insufficient Permissions], [Not Found],
 # [Function Not Found], [Requested functionality has been deprecated], [Unknown Error]).
 _CELL_ERRORS = frozenset({3, _NO_PERMISSION, 6, _FUNCTION_NOT_FOUND, 26, 999})
+# What nvmlDeviceGetMigDeviceHandleByIndex answers for an empty slot (InvalidArgument,
+# NotFound), as Nomad's device plugin reads it.
+_EMPTY_SLOT = frozenset({2, 6})
+_NOT_AN_ID = 0xFFFFFFFF
 
 _DRIVER_PROBLEMS: Mapping[int, tuple[str, str]] = {
     _NO_PERMISSION: (
@@ -127,15 +145,26 @@ class NvidiaSmi:
         self._probed = False
 
     def read(self) -> GpuReading:
-        """Query the GPUs, then their compute processes."""
+        """Query the GPUs, then their compute processes, then the MIG instances if any."""
         rows = self._gpu_rows()
         apps = self._run([_APPS_QUERY, _FORMAT])
+        gpus = _gpus(rows)
+        processes = parse_compute_apps(apps)
+        cards = [g.uuid for g in gpus if g.mig_enabled]
+        if not cards:
+            return GpuReading(gpus=gpus, processes=processes, backend="nvidia-smi")
+        instances, processes = place_on_instances(cards, self._mig_outputs(), processes)
+        return GpuReading(gpus, processes, "nvidia-smi", instances)
+
+    def _mig_outputs(self) -> MigOutputs:
+        """``-L``, ``-q -x``, ``-L``: the listing twice, so that a change of the MIG layout
+        while the XML was taken cannot tie a UUID to another instance's ids."""
+        before = parse_list_gpus(self._run(["-L"]))
         try:
-            gpus = tuple(_gpu(row) for row in rows)
-            processes = parse_compute_apps(apps)
-        except ValueError as e:
-            raise SourceError(SOURCE, f"cannot parse nvidia-smi output: {e}", _PARSE_HINT) from None
-        return GpuReading(gpus=gpus, processes=processes, backend="nvidia-smi")
+            xml: dict[str, XmlCard] | None = parse_query_xml(self._run(["-q", "-x"]))
+        except SourceError:
+            xml = None  # no process is placed: their instances are unknown, and said so
+        return MigOutputs(before, xml, parse_list_gpus(self._run(["-L"])))
 
     def _gpu_rows(self) -> list[dict[str, str | None]]:
         if self._probed:
@@ -170,11 +199,7 @@ class NvidiaSmi:
         return rows
 
     def _query(self, fields: Sequence[str]) -> list[dict[str, str | None]]:
-        text = self._run(["--query-gpu=" + ",".join(fields), _FORMAT])
-        try:
-            return parse_csv(text, fields)
-        except ValueError as e:
-            raise SourceError(SOURCE, f"cannot parse nvidia-smi output: {e}", _PARSE_HINT) from None
+        return parse_csv(self._run(["--query-gpu=" + ",".join(fields), _FORMAT]), fields)
 
     def _run(self, args: Sequence[str]) -> str:
         command = [self.path, *args]
@@ -260,59 +285,88 @@ def _cell(text: str) -> str | None:
     return value
 
 
+def _records(text: str) -> Iterator[str]:
+    """The records of nvidia-smi's CSV output, which ends each with ``\n`` and nothing else.
+
+    Not ``str.splitlines()``: a process name is argv[0], which any user sets, and may hold
+    ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85``, U+2028 or U+2029, on each of
+    which ``splitlines`` would cut a record in two. A ``\r`` before the ``\n`` is dropped.
+    """
+    for line in text.split("\n"):
+        record = line.removesuffix("\r")
+        if record.strip():
+            yield record
+
+
+def _unparsable(what: object) -> SourceError:
+    return SourceError(SOURCE, f"cannot parse nvidia-smi output: {what}", _PARSE_HINT)
+
+
 def parse_csv(text: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
-    """Rows of ``--format=csv,noheader,nounits`` output, keyed by the queried ``fields``."""
+    """Rows of ``--format=csv,noheader,nounits`` output, keyed by the queried ``fields``;
+    ``SourceError`` for output that is not that."""
     rows = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    for line in _records(text):
         cells = line.split(", ")
         if len(cells) != len(fields):
-            raise ValueError(f"expected {len(fields)} columns, got {len(cells)} in {line[:120]!r}")
+            raise _unparsable(f"expected {len(fields)} columns, got {len(cells)} in {line[:120]!r}")
         rows.append({field: _cell(cell) for field, cell in zip(fields, cells, strict=True)})
     return rows
 
 
 def parse_gpus(text: str, fields: Sequence[str]) -> tuple[Gpu, ...]:
     """The GPUs in ``--query-gpu`` output (noheader, nounits) whose columns are ``fields``."""
-    return tuple(_gpu(row) for row in parse_csv(text, fields))
+    return _gpus(parse_csv(text, fields))
+
+
+def _gpus(rows: Iterable[Mapping[str, str | None]]) -> tuple[Gpu, ...]:
+    try:
+        return tuple(_gpu(row) for row in rows)
+    except ValueError as e:
+        raise _unparsable(e) from None
 
 
 def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
-    """The processes in ``--query-compute-apps=gpu_uuid,pid,process_name,used_memory`` output."""
-    processes = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        # A process name may hold ", ": take the UUID and PID from the left, memory from the right.
-        left = line.split(", ", 2)
-        if len(left) != 3 or ", " not in left[2]:
-            raise ValueError(f"expected 4 columns in {line[:120]!r}")
-        uuid, pid, rest = left
-        name, _, memory = rest.rpartition(", ")
-        if _cell(uuid) is None or _cell(pid) is None:
-            raise ValueError(f"a process without a GPU UUID or PID: {line[:120]!r}")
-        processes.append(
-            GpuProcess(
-                gpu_uuid=uuid.strip(),
-                pid=_number(pid, "pid", int),
-                process_name=_cell(name),
-                used_memory_mib=_optional_number(memory, "used_memory", int),
-            )
-        )
-    return tuple(processes)
+    """The processes in ``--query-compute-apps=gpu_uuid,pid,process_name,used_memory`` output;
+    ``SourceError`` for output that is not that."""
+    try:
+        return tuple(_process(line) for line in _records(text))
+    except ValueError as e:
+        raise _unparsable(e) from None
+
+
+def _process(line: str) -> GpuProcess:
+    # A process name may hold ", ": take the UUID and PID from the left, memory from the right.
+    left = line.split(", ", 2)
+    if len(left) != 3 or ", " not in left[2]:
+        raise ValueError(f"expected 4 columns in {line[:120]!r}")
+    uuid, pid, rest = left
+    name, _, memory = rest.rpartition(", ")
+    if _cell(uuid) is None or _cell(pid) is None:
+        raise ValueError(f"a process without a GPU UUID or PID: {line[:120]!r}")
+    return GpuProcess(
+        gpu_uuid=uuid.strip(),
+        pid=_number(pid, "pid", int),
+        # As written: argv[0] may begin or end with what str.strip() takes away.
+        process_name=None if _cell(name) is None else name,
+        used_memory_mib=_optional_number(memory, "used_memory", int),
+    )
 
 
 def _number(text: str | None, field: str, kind: Callable[[str], Any]) -> Any:
     try:
         return kind(str(text).strip())
     except ValueError:
-        raise ValueError(f"{field} is {text!r}, not a number") from None
+        raise ValueError(f"{field} is {str(text)[:40]!r}, not a number") from None
 
 
 def _optional_number(text: str | None, field: str, kind: Callable[[str], Any]) -> Any:
     value = _cell(text) if text is not None else None
-    return None if value is None else _number(value, field, kind)
+    if value is None:
+        return None
+    number = _number(value, field, kind)
+    # float() takes "nan" and "inf": no reading a driver can mean, and no JSON either.
+    return None if isinstance(number, float) and not math.isfinite(number) else number
 
 
 def _word(row: Mapping[str, str | None], field: str, yes: str, no: str) -> bool | None:
@@ -320,7 +374,7 @@ def _word(row: Mapping[str, str | None], field: str, yes: str, no: str) -> bool 
     if value is None:
         return None
     if value not in (yes, no):
-        raise ValueError(f"{field} is {value!r}, not {yes!r} or {no!r}")
+        raise ValueError(f"{field} is {value[:40]!r}, not {yes!r} or {no!r}")
     return value == yes
 
 
@@ -340,7 +394,7 @@ def _gpu(row: Mapping[str, str | None]) -> Gpu:
     """A Gpu from one row of cells; a field that was not queried is ``None``."""
     uuid = row.get("uuid")
     if uuid is None or row.get("index") is None:
-        raise ValueError(f"a GPU without an index or UUID: {dict(row)!r}")
+        raise ValueError(f"a GPU without an index or UUID: {str(dict(row))[:120]}")
     return Gpu(
         index=_number(row["index"], "index", int),
         uuid=uuid,
@@ -352,8 +406,9 @@ def _gpu(row: Mapping[str, str | None]) -> Gpu:
         thermal_margin_c=_optional_number(row.get(_TLIMIT[0]), _TLIMIT[0], int),
         thermal_slowdown=_slowdown(row),
         encoder_sessions=_optional_number(row.get(_ENCODER[0]), _ENCODER[0], int),
-        mig_enabled=_word(row, "mig.mode.current", "Enabled", "Disabled"),
+        mig_enabled=_word(row, _MIG[0], "Enabled", "Disabled"),
         driver_version=row.get("driver_version"),
+        mig_pending=_word(row, _MIG[1], "Enabled", "Disabled"),
     )
 
 
@@ -419,13 +474,15 @@ class Nvml:
             raise _nvml_failure(e, "NVML cannot count the GPUs") from None
         gpus = []
         processes: list[GpuProcess] = []
+        instances: list[MigInstance] = []
         for index in range(count):
-            gpu, procs = self._read_device(index)
+            gpu, procs, migs = self._read_device(index)
             gpus.append(gpu)
             processes.extend(procs)
-        return GpuReading(gpus=tuple(gpus), processes=tuple(processes), backend="nvml")
+            instances.extend(migs)
+        return GpuReading(tuple(gpus), tuple(processes), "nvml", tuple(instances))
 
-    def _read_device(self, index: int) -> tuple[Gpu, list[GpuProcess]]:
+    def _read_device(self, index: int) -> tuple[Gpu, list[GpuProcess], list[MigInstance]]:
         nv = self._nv
         where = f"GPU {index}"
         try:
@@ -454,8 +511,12 @@ class Nvml:
                 encoder_sessions=None if encoder is None else int(encoder[0]),
                 mig_enabled=None if mig is None else mig[0] == nv.NVML_DEVICE_MIG_ENABLE,
                 driver_version=self._driver,
+                mig_pending=None if mig is None else mig[1] == nv.NVML_DEVICE_MIG_ENABLE,
             )
-            return gpu, self._processes(handle, uuid)
+            if gpu.mig_enabled:
+                instances, processes = self._mig(handle, uuid)
+                return gpu, processes, instances
+            return gpu, self._processes(handle, uuid), []
         except nv.NVMLError as e:
             raise _nvml_failure(e, f"NVML cannot read {where}") from None
         except nv.NVMLLibraryMismatchError as e:
@@ -510,30 +571,112 @@ class Nvml:
         )
         return bool(mask & thermal)
 
-    def _processes(self, handle: Any, uuid: str) -> list[GpuProcess]:
+    def _listing(self, handle: Any) -> list[Any] | None:
+        """The compute processes NVML lists for a card or a MIG device; ``None`` when it
+        refuses (no permission, not supported)."""
         nv = self._nv
+        listed: list[Any] | None = self._call(
+            ("procs", lambda: nv.nvmlDeviceGetComputeRunningProcesses(handle)),
+            ("procs_v2", lambda: nv.nvmlDeviceGetComputeRunningProcesses_v2(handle)),
+        )
+        return listed
 
-        def listed() -> list[Any]:
-            return (
-                self._call(
-                    ("procs", lambda: nv.nvmlDeviceGetComputeRunningProcesses(handle)),
-                    ("procs_v2", lambda: nv.nvmlDeviceGetComputeRunningProcesses_v2(handle)),
-                )
-                or []
-            )
+    def _processes(self, handle: Any, uuid: str) -> list[GpuProcess]:
+        processes = [
+            GpuProcess(uuid, int(p.pid), None, _memory_of(p)) for p in self._listing(handle) or []
+        ]
+        return self._named(processes, lambda: {int(p.pid) for p in self._listing(handle) or []})
 
-        processes = []
-        for proc in listed():
-            pid = int(proc.pid)
+    def _named(
+        self, processes: list[GpuProcess], still_listed: Callable[[], set[int]]
+    ) -> list[GpuProcess]:
+        """The processes with their names (argv[0]); one without a name that the driver no
+        longer lists has exited and is left out."""
+        nv = self._nv
+        named = []
+        for proc in processes:
+            pid = proc.pid
             name = self._call(("name", lambda: nv.nvmlSystemGetProcessName(pid)))  # noqa: B023
-            memory = None if proc.usedGpuMemory is None else _mib(proc.usedGpuMemory)
-            processes.append(GpuProcess(uuid, pid, name or None, memory))
-        if any(p.process_name is None for p in processes):
+            named.append(replace(proc, process_name=name or None))
+        if any(p.process_name is None for p in named):
             # NotFound: another PID namespace (nvidia-smi's [Not Found]) or a process that exited
             # since the list was taken. Only the driver can tell which: ask it again.
-            still = {int(proc.pid) for proc in listed()}
-            processes = [p for p in processes if p.process_name is not None or p.pid in still]
-        return processes
+            still = still_listed()
+            named = [p for p in named if p.process_name is not None or p.pid in still]
+        return named
+
+    def _mig(self, handle: Any, card: str) -> tuple[list[MigInstance], list[GpuProcess]]:
+        """The instances of a card in MIG mode, and its processes placed on them."""
+        nv = self._nv
+        devices = []
+        for slot in range(nv.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nv.NVMLError as e:
+                if e.value in _EMPTY_SLOT:
+                    continue  # no MIG device in this slot
+                raise
+            devices.append((mig, self._instance(mig, card)))
+        instances = [instance for _, instance in devices]
+
+        def listings() -> list[tuple[MigInstance | None, list[Any] | None]]:
+            # Each MIG device's own list proves its instance; the card's aggregate (root only,
+            # says NVML) catches a process whose ids match no instance.
+            found: list[tuple[MigInstance | None, list[Any] | None]]
+            found = [(instance, self._listing(mig)) for mig, instance in devices]
+            return [*found, (None, self._listing(handle))]
+
+        lists = listings()
+        if lists[-1][1] is None and any(listed is None for _, listed in lists[:-1]):
+            raise SourceError(
+                SOURCE,
+                f"NVML refused to list the processes of GPU {card}'s MIG instances",
+                "Run gpuledger as root, or with NVIDIA_MIG_MONITOR_DEVICES=all in a container.",
+            )
+        seen = [(instance, [_listed(p) for p in listed]) for instance, listed in lists if listed]
+        processes = place_listed(card, instances, seen)
+        return instances, self._named(
+            processes, lambda: {int(p.pid) for _, listed in listings() for p in listed or []}
+        )
+
+    def _instance(self, mig: Any, card: str) -> MigInstance:
+        nv = self._nv
+        used, total = self._memory(mig)
+        return MigInstance(
+            parent_uuid=card,
+            uuid=nv.nvmlDeviceGetUUID(mig),
+            # "NVIDIA A100-SXM4-40GB MIG 3g.20gb": the profile follows the word MIG.
+            profile=_profile(nv.nvmlDeviceGetName(mig)),
+            gpu_instance_id=self._call(("gi", lambda: nv.nvmlDeviceGetGpuInstanceId(mig))),
+            compute_instance_id=self._call(("ci", lambda: nv.nvmlDeviceGetComputeInstanceId(mig))),
+            memory_used_mib=used,
+            memory_total_mib=total,
+        )
+
+
+def _profile(name: str) -> str | None:
+    _, mig, profile = name.rpartition(" MIG ")
+    return profile.strip() or None if mig else None
+
+
+def _memory_of(proc: Any) -> int | None:
+    """A listed process's memory in MiB; ``None`` where NVML says it is not available."""
+    return None if proc.usedGpuMemory is None else _mib(proc.usedGpuMemory)
+
+
+def _listed(proc: Any) -> Listed:
+    """One entry of an NVML process list, as ``place_listed`` reads it."""
+    return Listed(
+        pid=int(proc.pid),
+        gpu_instance_id=_id(getattr(proc, "gpuInstanceId", None)),
+        compute_instance_id=_id(getattr(proc, "computeInstanceId", None)),
+        used_memory_mib=_memory_of(proc),
+    )
+
+
+def _id(value: Any) -> int | None:
+    """An instance id; ``None`` for NVML's 0xFFFFFFFF (not in MIG) or none at all."""
+    return None if value is None or int(value) >= _NOT_AN_ID else int(value)
 
 
 def _mib(size: int) -> int:

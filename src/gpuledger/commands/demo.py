@@ -77,13 +77,15 @@ def run_demo(
     out: TextIO,
     as_json: bool = False,
     *,
+    scenario: str = "demo",
     stop: threading.Event | None = None,
     listen: str | None = None,
     drift_every: float = DRIFT_EVERY_S,
 ) -> int:
-    """Serve the drifting demo node until Ctrl-C (or ``stop``); ``as_json``: one read."""
+    """Serve the drifting node of ``scenario`` (``demo``, or ``mig``: a card split with MIG)
+    until Ctrl-C (or ``stop``); ``as_json``: one read."""
     with tempfile.TemporaryDirectory(prefix="gpuledger-demo-") as tmp:
-        world = World.start(load_scenario("demo"), Path(tmp))
+        world = World.start(load_scenario(scenario), Path(tmp))
         try:
             if as_json:
                 return _print_once(world, out)
@@ -150,7 +152,7 @@ def _serve(
         if url is None:
             out.write("gpuledger demo: gpuledger serve did not start (see its message above)\n")
             return 1
-        _introduce(out, url, drift_every)
+        _introduce(out, url, drift_every, world.scenario.get("about"))
         phases = drift_phases(world.scenario)
         step = 0
         while phases and not stop.wait(drift_every) and child.poll() is None:
@@ -220,17 +222,21 @@ def _first_url(child: subprocess.Popen[str]) -> str | None:
     return None
 
 
-def _introduce(out: TextIO, url: str, drift_every: float) -> None:
+def _introduce(out: TextIO, url: str, drift_every: float, about: str | None) -> None:
     out.write(
         "A simulated Nomad GPU node (fake nvidia-smi, /proc, Docker, Podman and Nomad), watched "
         f"by gpuledger serve every {DEMO_INTERVAL}. Open:\n"
     )
     for path, what in ENDPOINTS:
         out.write(f"  {url}{path:<10} {what}\n")
+    drift = about or (
+        f"Every {drift_every:g} s the node drifts: a training job starts a process on a GPU it "
+        "did not reserve, then its own GPU goes idle, then all is as it began."
+    )
     out.write(
-        f"\nEvery {drift_every:g} s the node drifts: a training job starts a process on a GPU it "
-        "did not reserve, then its own GPU goes idle, then all is as it began. reserved-idle "
-        "and held-idle open after 30 s.\nOn a real node: gpuledger serve --history "
-        "/var/lib/gpuledger/history.json\nCtrl-C stops the demo.\n\n"
+        f"\n{drift} reserved-idle and held-idle open after 30 s.\nOn a real node: gpuledger "
+        "serve --history /var/lib/gpuledger/history.json\n"
+        + ("" if about else "A node with a card split by MIG: gpuledger demo --mig\n")
+        + "Ctrl-C stops the demo.\n\n"
     )
     out.flush()

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, Since, SourceName
+from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerUnit, Since, SourceName
 from gpuledger.policy.evaluate import JudgeMemo, evaluate
 from gpuledger.policy.rules import Policy
 
@@ -115,17 +115,18 @@ def advance(
     all_read = all(s.readable or not s.enabled for s in ledger.sources.values())
     window = GAP_INTERVALS * interval
     gpus: dict[str, GpuMark] = {}
-    for lgpu in ledger.gpus:
-        uuid = lgpu.gpu.uuid
-        key = (uuid, lgpu.state)
+    # A MIG instance counts as a device of its own, as Nomad counts it; its card as `mig`.
+    for unit in ledger.units():
+        uuid = unit.uuid
+        key = (uuid, unit.state)
         state_seconds[key] = state_seconds.get(key, 0.0) + seconds
-        use = USE_OF_STATE.get(lgpu.state)
-        res = lgpu.reservation
+        use = USE_OF_STATE.get(unit.state)
+        res = unit.reservation
         if all_read and use is not None and res is not None:
             job = (res.namespace or "", res.job or "", use)
             job_seconds[job] = job_seconds.get(job, 0.0) + seconds
             job_seen[job] = at
-        gpus[uuid] = _mark(marks.get(uuid), lgpu, policy, ledger, at, window)
+        gpus[uuid] = _mark(marks.get(uuid), unit, policy, ledger, at, window)
     gpu_source = ledger.sources.get(SourceName.GPU)
     if gpu_source is not None and gpu_source.failing:
         # The driver was not read: the GPUs it listed before are unknown, not gone.
@@ -152,7 +153,7 @@ def advance(
 
 def _mark(
     previous: GpuMark | None,
-    lgpu: LedgerGpu,
+    lgpu: LedgerUnit,
     policy: Policy,
     ledger: Ledger,
     at: datetime,
@@ -181,12 +182,13 @@ def _unknown(previous: GpuMark | None, alloc: str | None, at: datetime) -> GpuMa
     return GpuMark(state=GpuState.UNKNOWN, since=at, alloc=alloc, interrupted=previous)
 
 
-def _held_below(lgpu: LedgerGpu, policy: Policy, node: str) -> bool:
+def _held_below(lgpu: LedgerUnit, policy: Policy, node: str) -> bool:
     """Held by its allocation, and below the held-idle rule's utilisation threshold."""
-    res, util = lgpu.reservation, lgpu.gpu.utilization_percent
+    res, util = lgpu.reservation, lgpu.utilization_percent
     if lgpu.state is not GpuState.HELD or res is None or util is None:
         return False
-    return util < policy.rule(Code.HELD_IDLE, node, res.namespace, res.job).below_percent
+    rule = policy.rule(Code.HELD_IDLE, node, res.namespace, res.job, lgpu.profile)
+    return util < rule.below_percent
 
 
 def judge_with(
@@ -200,8 +202,14 @@ def judge_with(
 ) -> Judged:
     """Count the tick, fill each GPU's ``state_since``, judge, and date every finding."""
     counted = advance(history, ledger, policy, at, interval)
+    marks = counted.gpus
     gpus = tuple(
-        replace(lgpu, state_since=counted.gpus[lgpu.gpu.uuid].since) for lgpu in ledger.gpus
+        replace(
+            lgpu,
+            state_since=marks[lgpu.uuid].since,
+            instances=tuple(replace(i, state_since=marks[i.uuid].since) for i in lgpu.instances),
+        )
+        for lgpu in ledger.gpus
     )
     dated = replace(ledger, gpus=gpus, findings=())
     found = [*evaluate(dated, policy, counted.since(), at, memo), *extra]

@@ -10,6 +10,7 @@ the memo changes how fast a ledger is made, never what it says.
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +27,9 @@ from gpuledger.model import (
     GpuState,
     Ledger,
     LedgerGpu,
+    LedgerInstance,
+    MigInstance,
+    MissingDevice,
     NodeInfo,
     NomadView,
     OwnerKind,
@@ -129,6 +133,9 @@ class JoinMemo:
         self.facts: TwoTicks[_FactsKey, TenantFacts] = TwoTicks()
         """Each tenant's facts on its GPU, kept while Nomad's answer holds."""
         self._view: NomadView | None = None
+        self.legacy: dict[tuple[str, int, int], AllocRef] = {}
+        """Reservations in the older ``MIG-GPU-<uuid>/<gi>/<ci>`` form, by card and ids, while
+        Nomad's answer holds."""
 
     def turn(self, view: NomadView | None) -> None:
         """Start a tick; the verdicts are kept only while Nomad's answer is the same."""
@@ -215,11 +222,22 @@ def reconcile(
     by_gpu: dict[str, list[GpuProcess]] = {}
     for proc in reading.processes:
         by_gpu.setdefault(proc.gpu_uuid, []).append(proc)
+    by_card: dict[str, list[MigInstance]] = {}
+    for instance in reading.instances:
+        by_card.setdefault(instance.parent_uuid, []).append(instance)
     gpus = tuple(
-        join.gpu(gpu, by_gpu.pop(gpu.uuid, ())) for gpu in sorted(reading.gpus, key=_index)
+        join.gpu(gpu, by_gpu.get(gpu.uuid, ()), by_card.get(gpu.uuid, ()))
+        for gpu in sorted(reading.gpus, key=_index)
     )
-    unlisted = tuple(proc for procs in by_gpu.values() for proc in procs)
-    return Ledger(node=node, at=at, sources=sources, gpus=gpus, unlisted=unlisted)
+    listed = {gpu.uuid for gpu in reading.gpus}
+    return Ledger(
+        node=node,
+        at=at,
+        sources=sources,
+        gpus=gpus,
+        missing=join.missing(gpus) if view is not None else (),
+        unlisted=tuple(p for p in reading.processes if p.gpu_uuid not in listed),
+    )
 
 
 def _index(gpu: Gpu) -> int:
@@ -229,8 +247,18 @@ def _index(gpu: Gpu) -> int:
 def gpu_state(
     gpu: Gpu, reservation: AllocRef | None, tenants: tuple[Tenant, ...], *, nomad_read: bool
 ) -> GpuState:
-    """The one state of a GPU, from its reservation and its judged tenants."""
-    if gpu.mig_enabled or not nomad_read:
+    """The one state of a GPU, from its reservation and its judged tenants; ``mig`` for a card
+    in MIG mode, whose instances each have a state of their own."""
+    if gpu.mig_enabled:
+        return GpuState.MIG
+    return unit_state(reservation, tenants, nomad_read=nomad_read)
+
+
+def unit_state(
+    reservation: AllocRef | None, tenants: tuple[Tenant, ...], *, nomad_read: bool
+) -> GpuState:
+    """The one state of a whole GPU or a MIG instance, from its reservation and its tenants."""
+    if not nomad_read:
         return GpuState.UNKNOWN
     own = False
     for tenant in tenants:
@@ -254,7 +282,9 @@ class _Join:
         if memo.desired is None:
             self.live = {a.id: a for a in view.allocations if not a.terminal} if view else {}
             memo.desired = (self.live, self._reservations())
+            memo.legacy = _legacy(memo.desired[1])
         self.live, self.reserved = memo.desired
+        self.legacy = memo.legacy
         sources = observed.sources
         procfs = sources.get(SourceName.PROCFS)
         self.proc_read = procfs is None or procfs.readable
@@ -273,19 +303,89 @@ class _Join:
     def _ref(self, alloc: Allocation, task: str | None) -> AllocRef:
         return self.memo.ref(alloc.id, alloc.namespace, alloc.job, alloc.group, task)
 
-    def gpu(self, gpu: Gpu, procs: list[GpuProcess] | tuple[()]) -> LedgerGpu:
+    def gpu(
+        self,
+        gpu: Gpu,
+        procs: list[GpuProcess] | tuple[()],
+        instances: list[MigInstance] | tuple[()] = (),
+    ) -> LedgerGpu:
         reservation = self.reserved.get(gpu.uuid)
-        tenants = self.tenants(gpu, reservation, procs)
+        cap = self.memo.encoder_cap(gpu.name, gpu.driver_version)
+        if not gpu.mig_enabled:
+            tenants = self.tenants(reservation, procs)
+            state = unit_state(reservation, tenants, nomad_read=self.view is not None)
+            return LedgerGpu(gpu, state, reservation, tenants, encoder_cap=cap)
+        on: dict[str | None, list[GpuProcess]] = {}
+        mine = {i.uuid for i in instances}
+        for proc in procs:
+            on.setdefault(proc.instance if proc.instance in mine else None, []).append(proc)
+        # On the card itself: the processes no output places on an instance.
+        unplaced = self.tenants(reservation, on.get(None, ()), unplaced=True)
         return LedgerGpu(
             gpu=gpu,
-            state=gpu_state(gpu, reservation, tenants, nomad_read=self.view is not None),
+            state=GpuState.MIG,
+            reservation=reservation,
+            tenants=unplaced,
+            encoder_cap=cap,
+            instances=tuple(
+                self.instance(gpu, i, reservation, on.get(i.uuid, ()), doubt=bool(unplaced))
+                for i in instances
+            ),
+        )
+
+    def instance(
+        self,
+        card: Gpu,
+        instance: MigInstance,
+        card_reservation: AllocRef | None,
+        procs: list[GpuProcess] | tuple[()],
+        *,
+        doubt: bool,
+    ) -> LedgerInstance:
+        """A MIG instance, judged as a GPU is; ``unknown`` while a process of its card could
+        not be placed (it may run on this instance)."""
+        gi, ci = instance.gpu_instance_id, instance.compute_instance_id
+        reservation = (
+            self.reserved.get(instance.uuid)
+            or (self.legacy.get((card.uuid, gi, ci)) if gi is not None and ci is not None else None)
+            # An allocation that reserved the whole card (before MIG was enabled under it)
+            # holds every instance of it.
+            or card_reservation
+        )
+        tenants = self.tenants(reservation, procs)
+        state = unit_state(reservation, tenants, nomad_read=self.view is not None)
+        # Without its ids, an instance cannot be matched to a reservation of the older form.
+        doubt = doubt or (gi is None and any(card.uuid == ids[0] for ids in self.legacy))
+        return LedgerInstance(
+            instance=instance,
+            card_index=card.index,
+            state=GpuState.UNKNOWN if doubt else state,
             reservation=reservation,
             tenants=tenants,
-            encoder_cap=self.memo.encoder_cap(gpu.name, gpu.driver_version),
+        )
+
+    def missing(self, gpus: tuple[LedgerGpu, ...]) -> tuple[MissingDevice, ...]:
+        """The devices reserved here that the driver does not list, by UUID."""
+        listed = {lgpu.uuid for lgpu in gpus} | {i.uuid for lgpu in gpus for i in lgpu.instances}
+        tied = {
+            (lgpu.gpu.uuid, i.instance.gpu_instance_id, i.instance.compute_instance_id)
+            for lgpu in gpus
+            for i in lgpu.instances
+        }
+        untied = {i.instance.parent_uuid for lgpu in gpus for i in lgpu.instances}
+        untied -= {card for card, gi, _ in tied if gi is not None}
+        return tuple(
+            MissingDevice(uuid, ref)
+            for uuid, ref in sorted(self.reserved.items())
+            if uuid not in listed and not _maybe_listed(_legacy_ids(uuid), tied, untied)
         )
 
     def tenants(
-        self, gpu: Gpu, reservation: AllocRef | None, procs: list[GpuProcess] | tuple[()]
+        self,
+        reservation: AllocRef | None,
+        procs: list[GpuProcess] | tuple[()],
+        *,
+        unplaced: bool = False,
     ) -> tuple[Tenant, ...]:
         """The GPU's tenants by PID; a process that exited between two reads is left out.
 
@@ -293,7 +393,6 @@ class _Join:
         GPU's reservation, its name and argv), and only its PID and memory are new.
         """
         reservation_id = reservation.id if reservation else None
-        mig = bool(gpu.mig_enabled)
         processes, facts_of, commands = self.observed.processes, self.memo.facts, self.commands
         found = []
         for proc in procs:
@@ -302,9 +401,9 @@ class _Join:
             if claim is None:
                 continue
             argv = info.argv if info is not None else None
-            key = (claim, reservation_id, mig, proc.process_name, argv, commands)
+            key = (claim, reservation_id, unplaced, proc.process_name, argv, commands)
             facts = facts_of.get(key) or facts_of.put(
-                key, self._facts(reservation, claim, mig, proc, argv)
+                key, self._facts(reservation, claim, unplaced, proc, argv)
             )
             found.append(Tenant(proc.pid, proc.used_memory_mib, facts))
         found.sort(key=_BY_PID)
@@ -314,14 +413,15 @@ class _Join:
         self,
         reservation: AllocRef | None,
         claim: Claim,
-        mig: bool,
+        unplaced: bool,
         proc: GpuProcess,
         argv: tuple[str, ...] | None,
     ) -> TenantFacts:
         verdict, reason, alloc, visible = self._judge(reservation, claim)
-        if mig and (verdict is _OWN or verdict is _UNRESERVED):
-            # Reservations name MIG instances while the driver names the parent GPU: until MIG
-            # is supported a Nomad task there is never judged (no false unreserved-tenant).
+        if unplaced and verdict is _UNRESERVED:
+            # On a card in MIG mode, on an instance no output proves: it may be one its
+            # allocation reserved, so it is never judged unreserved (nor own, unless its
+            # allocation reserved the whole card).
             verdict, reason = _UNDECIDED, Reason.MIG
         memo = self.memo
         process = proc.process_name or (argv[0] if argv else None)
@@ -408,6 +508,29 @@ class _Join:
 
 _NO_ANSWER = AllocLookupResult(AllocLookup.FAILED)
 _BY_PID = operator.attrgetter("pid")
+
+
+_LEGACY_MIG = re.compile(r"^MIG-(GPU-[0-9A-Fa-f-]+)/(\d+)/(\d+)$")
+
+
+def _legacy_ids(device_id: str) -> tuple[str, int, int] | None:
+    """(card, GPU instance, compute instance) of a ``MIG-GPU-<uuid>/<gi>/<ci>`` device id, the
+    form NVML gave MIG devices before R470 and Nomad's device plugin passes on."""
+    found = _LEGACY_MIG.match(device_id)
+    return (found[1], int(found[2]), int(found[3])) if found else None
+
+
+def _maybe_listed(
+    ids: tuple[str, int, int] | None,
+    tied: set[tuple[str, int | None, int | None]],
+    untied: set[str],
+) -> bool:
+    """Whether an older-form id names a listed instance, or may (its card's are not tied)."""
+    return ids is not None and (ids in tied or ids[0] in untied)
+
+
+def _legacy(reserved: Mapping[str, AllocRef]) -> dict[tuple[str, int, int], AllocRef]:
+    return {ids: ref for uuid, ref in reserved.items() if (ids := _legacy_ids(uuid)) is not None}
 
 
 def _readable(sources: Mapping[SourceName, SourceStatus], name: SourceName) -> bool:

@@ -10,7 +10,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import overload
 
-from gpuledger.model.values import AllocRef, Finding, Ledger, LedgerGpu, NodeInfo, Tenant
+from gpuledger.model.values import (
+    AllocRef,
+    Finding,
+    GpuProcess,
+    Ledger,
+    LedgerGpu,
+    LedgerInstance,
+    MissingDevice,
+    NodeInfo,
+    Tenant,
+)
 
 SCHEMA = 1
 """The version of the JSON contract."""
@@ -79,6 +89,38 @@ def _gpu_doc(lgpu: LedgerGpu) -> dict[str, object]:
         "encoderSessions": gpu.encoder_sessions,
         "reservation": _alloc_doc(lgpu.reservation),
         "tenants": [_tenant_doc(t) for t in lgpu.tenants],
+        "migEnabled": gpu.mig_enabled,
+        "migPending": gpu.mig_pending,
+        "instances": [_instance_doc(i) for i in lgpu.instances],
+    }
+
+
+def _instance_doc(linst: LedgerInstance) -> dict[str, object]:
+    i = linst.instance
+    return {
+        "uuid": i.uuid,
+        "profile": i.profile,
+        "gpuInstanceId": i.gpu_instance_id,
+        "computeInstanceId": i.compute_instance_id,
+        "state": linst.state.value,
+        "stateSince": iso_time(linst.state_since),
+        "memoryUsedMiB": i.memory_used_mib,
+        "memoryTotalMiB": i.memory_total_mib,
+        "reservation": _alloc_doc(linst.reservation),
+        "tenants": [_tenant_doc(t) for t in linst.tenants],
+    }
+
+
+def _missing_doc(device: MissingDevice) -> dict[str, object]:
+    return {"uuid": device.uuid, "reservation": _alloc_doc(device.reservation)}
+
+
+def _unlisted_doc(proc: GpuProcess) -> dict[str, object]:
+    return {
+        "gpuUuid": proc.gpu_uuid,
+        "pid": proc.pid,
+        "process": proc.process_name,
+        "usedMemoryMiB": proc.used_memory_mib,
     }
 
 
@@ -111,6 +153,8 @@ def ledger_doc(ledger: Ledger) -> dict[str, object]:
             for name, s in ledger.sources.items()
         },
         "gpus": [_gpu_doc(lgpu) for lgpu in ledger.gpus],
+        "missingDevices": [_missing_doc(d) for d in ledger.missing],
+        "unlistedProcesses": [_unlisted_doc(p) for p in ledger.unlisted],
         "findings": [finding_doc(f) for f in ledger.findings],
     }
 

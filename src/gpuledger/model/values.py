@@ -8,7 +8,7 @@ module imports nothing of gpuledger's own, so every layer may depend on it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -33,13 +33,16 @@ class Level(enum.IntEnum):
 
 
 class GpuState(str, enum.Enum):
-    """Exactly one per GPU per tick (README, "GPU states")."""
+    """Exactly one per GPU, and per MIG instance, per tick (README, "GPU states")."""
 
     HELD = "held"
     RESERVED_IDLE = "reserved-idle"
     UNACCOUNTED = "unaccounted"
     FREE = "free"
     UNKNOWN = "unknown"
+    MIG = "mig"
+    """A card in MIG mode: split into instances, each with a state of its own. Only a card
+    has it; the card itself is neither reserved nor free."""
 
 
 class Code(str, enum.Enum):
@@ -79,7 +82,27 @@ class Gpu:
     thermal_slowdown: bool | None = None
     encoder_sessions: int | None = None
     mig_enabled: bool | None = None
+    """MIG mode as it is now; ``None`` where the card or the driver knows no MIG."""
     driver_version: str | None = None
+    mig_pending: bool | None = None
+    """MIG mode after the next reset of the card, when the driver reports it."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG device of a card in MIG mode: a compute instance of a GPU instance, the unit
+    Nomad's device plugin reserves (its ``MIG-…`` UUID)."""
+
+    parent_uuid: str
+    uuid: str
+    profile: str | None
+    """``1g.18gb``, ``2c.3g.71gb`` (two compute instances' worth of a ``3g`` GPU instance)."""
+    gpu_instance_id: int | None
+    """``None`` when the driver's outputs did not tie this UUID to its ids (nvidia-smi)."""
+    compute_instance_id: int | None
+    memory_used_mib: int | None = None
+    """Of its GPU instance: compute instances of one GPU instance share its memory."""
+    memory_total_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +114,13 @@ class GpuProcess:
     process_name: str | None = None
     """argv[0] as the driver reports it; ``None`` for ``[Not Found]`` (another PID namespace)."""
     used_memory_mib: int | None = None
+    instance: str | None = None
+    """On a card in MIG mode, the MIG UUID of the instance the driver's outputs prove it runs
+    on; ``None`` when they do not (never guessed from memory sizes or order)."""
+    gpu_instance_id: int | None = None
+    """The instance ids the driver gave the process, when it gave any (for the ledger's word
+    on a process it could not place)."""
+    compute_instance_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +130,8 @@ class GpuReading:
     gpus: tuple[Gpu, ...]
     processes: tuple[GpuProcess, ...]
     backend: Literal["nvml", "nvidia-smi"]
+    instances: tuple[MigInstance, ...] = ()
+    """The MIG instances of the cards in MIG mode."""
 
 
 # --------------------------------------------------------------------------- observed: /proc
@@ -315,7 +347,8 @@ class Reason(str, enum.Enum):
     NOMAD_LOOKUP = "nomad-lookup"
     """Nomad did not list the task's allocation, and did not answer when asked for it."""
     MIG = "mig"
-    """The GPU is in MIG mode: reservations name its instances, not the card."""
+    """The process runs on a card in MIG mode, and no output of the driver proves on which of
+    its instances: it cannot be judged on an instance's reservation."""
     NOMAD_TASK_UNNAMED = "nomad-task-unnamed"
     """A Nomad task whose cgroup names no allocation (Nomad ≤ 1.6's ``/nomad/<id>`` on cgroup
     v1): Nomad's, but not which allocation's."""
@@ -421,8 +454,53 @@ class Tenant:
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerInstance:
+    """One MIG instance of the ledger, judged as a GPU is: its state, reservation and tenants.
+
+    Only what is the instance's own: its card's temperature and encoder stay with the card.
+    """
+
+    instance: MigInstance
+    card_index: int
+    state: GpuState
+    reservation: AllocRef | None
+    tenants: tuple[Tenant, ...]
+    state_since: datetime | None = None
+
+    @property
+    def uuid(self) -> str:
+        """Its ``MIG-…`` UUID, as Nomad reserves it."""
+        return self.instance.uuid
+
+    @property
+    def profile(self) -> str | None:
+        """Its MIG profile, e.g. ``1g.18gb``."""
+        return self.instance.profile
+
+    @property
+    def utilization_percent(self) -> float | None:
+        """Never reported: the driver gives no utilisation under MIG."""
+        return None
+
+    @property
+    def label(self) -> str:
+        """How the table and the messages name it: ``GPU 1 MIG 1g.18gb (GI 9, CI 0)``."""
+        i = self.instance
+        ids = (
+            ""
+            if i.gpu_instance_id is None
+            else f" (GI {i.gpu_instance_id}, CI {i.compute_instance_id})"
+        )
+        return f"GPU {self.card_index} MIG {i.profile or '?'}{ids}"
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerGpu:
-    """One GPU of the ledger: the driver's facts, its state, reservation and tenants."""
+    """One GPU of the ledger: the driver's facts, its state, reservation and tenants.
+
+    A card in MIG mode has the state ``mig``, its instances under ``instances``, and as
+    ``tenants`` only the processes no output of the driver places on one of them.
+    """
 
     gpu: Gpu
     state: GpuState
@@ -431,6 +509,40 @@ class LedgerGpu:
     state_since: datetime | None = None
     encoder_cap: int | None = None
     """The card's published NVENC session cap, when it has one (``model/cards.py``)."""
+    instances: tuple[LedgerInstance, ...] = ()
+
+    @property
+    def uuid(self) -> str:
+        """The card's ``GPU-…`` UUID."""
+        return self.gpu.uuid
+
+    @property
+    def profile(self) -> str | None:
+        """A whole card has no MIG profile."""
+        return None
+
+    @property
+    def utilization_percent(self) -> float | None:
+        """The card's utilisation, when the driver reports it."""
+        return self.gpu.utilization_percent
+
+    @property
+    def label(self) -> str:
+        """How the table and the messages name it: ``GPU 0``."""
+        return f"GPU {self.gpu.index}"
+
+
+LedgerUnit = LedgerGpu | LedgerInstance
+"""What has a state of its own: a GPU, or a MIG instance of one."""
+
+
+@dataclass(frozen=True, slots=True)
+class MissingDevice:
+    """A device Nomad reserved on this node that the driver does not list (a MIG instance
+    destroyed under a running allocation, a card gone)."""
+
+    uuid: str
+    reservation: AllocRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,9 +584,16 @@ class Ledger:
     sources: Mapping[SourceName, SourceStatus]
     gpus: tuple[LedgerGpu, ...]
     findings: tuple[Finding, ...] = ()
+    missing: tuple[MissingDevice, ...] = ()
+    """Devices Nomad reserved here that the driver does not list."""
     unlisted: tuple[GpuProcess, ...] = ()
-    """Processes the driver lists on a GPU it does not list among the GPUs: they cannot be
-    joined, and are said, not dropped."""
+    """Processes the driver listed on a GPU it did not list (read between two of its calls)."""
+
+    def units(self) -> Iterator[LedgerUnit]:
+        """Every GPU, each followed by its MIG instances: everything that has a state."""
+        for lgpu in self.gpus:
+            yield lgpu
+            yield from lgpu.instances
 
     @property
     def worst(self) -> Level:

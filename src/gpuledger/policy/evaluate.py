@@ -17,10 +17,13 @@ from gpuledger.model import (
     AllocRef,
     Code,
     Finding,
+    GpuProcess,
     GpuState,
     Ledger,
     LedgerGpu,
+    LedgerUnit,
     Level,
+    MissingDevice,
     Reason,
     Since,
     SourceName,
@@ -59,6 +62,10 @@ _UNTRACED = {
         "is a Nomad task whose cgroup (/nomad/<id>, Nomad 1.6 or older on cgroup v1) does not "
         "name its allocation (Nomad 1.7 and later name it)"
     ),
+    Reason.MIG: (
+        "runs on a card in MIG mode, and no output of the driver proves on which of its "
+        "instances (with nvidia-smi, --gpu-backend nvml asks each instance)"
+    ),
 }
 _SOURCE_LABEL = {
     SourceName.GPU: "GPU driver",
@@ -77,9 +84,12 @@ def evaluate(
     ``memo`` (the loop's, kept from tick to tick) only makes it faster.
     """
     judge = _Judge(ledger, policy, since, now, memo)
-    found = [*judge.sources()]
+    found = [*judge.sources(), *judge.strays()]
     for lgpu in ledger.gpus:
-        found.extend(judge.gpu(lgpu))
+        found.extend(judge.unit(lgpu))
+        found.extend(judge.card(lgpu))
+        for instance in lgpu.instances:
+            found.extend(judge.unit(instance))
     unique: dict[tuple[str, str | None, str], Finding] = {}
     for f in found:
         unique.setdefault(f.key, f)
@@ -139,13 +149,13 @@ class _Plan:
 
     @classmethod
     def of(
-        cls, code: Code, rule: Rule, lgpu: LedgerGpu, facts: TenantFacts, what: str
+        cls, code: Code, rule: Rule, unit: LedgerUnit, facts: TenantFacts, what: str
     ) -> _Plan | None:
         """The plan of a finding ``<process> (pid N)<what>``; ``None`` when the rule is off."""
         if rule.level is None:
             return None
         head = f"{facts.process or 'a process'} (pid "
-        gpu, owner = lgpu.gpu.uuid, facts.owner
+        gpu, owner = unit.uuid, facts.owner
         key = (code.value, gpu, owner)
         return cls(code, rule.level, gpu, owner, head, f"){what}", _facts_subject(facts), key)
 
@@ -157,7 +167,7 @@ class JudgeMemo:
     say."""
 
     def __init__(self) -> None:
-        self.plans: TwoTicks[tuple[int, str, int], tuple[TenantFacts, _Plan | None]] = TwoTicks()
+        self.plans: TwoTicks[tuple[int, str, str], tuple[TenantFacts, _Plan | None]] = TwoTicks()
         self._policy: Policy | None = None
         self._node: str | None = None
 
@@ -223,35 +233,22 @@ class _Judge:
             )
             if found:
                 yield found
-        yield from self.unlisted()
 
-    def unlisted(self) -> Iterator[Finding]:
-        """One finding per GPU the driver lists processes on but not among the GPUs."""
-        rule = self.policy.rule(Code.SOURCE_UNAVAILABLE, self.node)
-        by_gpu: dict[str, list[str]] = {}
+    def strays(self) -> Iterator[Finding]:
+        """Reserved devices the driver does not list, and processes on GPUs it did not list."""
+        for device in self.ledger.missing:
+            found = self.missing(device)
+            if found:
+                yield found
         for proc in self.ledger.unlisted:
-            by_gpu.setdefault(proc.gpu_uuid, []).append(
-                f"{proc.process_name or '?'} (pid {proc.pid})"
-            )
-        for uuid, procs in sorted(by_gpu.items()):
-            message = (
-                f"the GPU driver lists {', '.join(procs)} on GPU {uuid}, which it does not list "
-                "among the node's GPUs: that GPU cannot be judged"
-            )
-            found = self.finding(
-                Code.SOURCE_UNAVAILABLE,
-                rule,
-                uuid,
-                "source:gpu-unlisted",
-                message,
-                {"source": "gpu"},
-            )
+            found = self.unlisted(proc)
             if found:
                 yield found
 
-    def gpu(self, lgpu: LedgerGpu) -> Iterator[Finding]:
+    def unit(self, unit: LedgerUnit) -> Iterator[Finding]:
+        """The findings of a GPU or of a MIG instance: its tenants, its idle reservation."""
         judged: set[tuple[Verdict, Reason | None, str]] = set()
-        for tenant in lgpu.tenants:
+        for tenant in unit.tenants:
             facts = tenant.facts
             if facts.verdict is _OWN:
                 continue  # a process of the allocation that reserved the GPU: nothing to say
@@ -261,42 +258,51 @@ class _Judge:
             if mark in judged:
                 continue
             judged.add(mark)
-            found = self.tenant(lgpu, tenant)
+            found = self.tenant(unit, tenant)
             if found:
                 yield found
-        for check in (self.reserved_idle, self.held_idle, self.hot, self.encoder):
+        for check in (self.reserved_idle, self.held_idle):
+            found = check(unit)
+            if found:
+                yield found
+
+    def card(self, lgpu: LedgerGpu) -> Iterator[Finding]:
+        """The findings of what belongs to the card itself: its heat, its encoder."""
+        for check in (self.hot, self.encoder):
             found = check(lgpu)
             if found:
                 yield found
 
-    def rule(self, code: Code, namespace: str | None, job: str | None) -> Rule:
-        return self.policy.rule(code, self.node, namespace, job)
+    def rule(
+        self, code: Code, namespace: str | None, job: str | None, profile: str | None = None
+    ) -> Rule:
+        return self.policy.rule(code, self.node, namespace, job, profile)
 
-    def tenant(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
+    def tenant(self, unit: LedgerUnit, t: Tenant) -> Finding | None:
         """The finding one tenant gives, by its verdict; ``None`` for nothing to say."""
         if t.verdict is Verdict.UNRESERVED or t.verdict is Verdict.UNMANAGED:
-            return self.planned(lgpu, t)
+            return self.planned(unit, t)
         if t.verdict is Verdict.HIDDEN:
-            return self.hidden(lgpu, t)
+            return self.hidden(unit, t)
         if t.verdict is Verdict.UNDECIDED and t.reason in _RUNTIME_FLAGS:
-            return self.runtime_off(lgpu, t, t.reason)
+            return self.runtime_off(unit, t, t.reason)
         if t.verdict is Verdict.UNDECIDED and t.reason in _UNTRACED:
-            return self.untraced(lgpu, t, t.reason)
+            return self.untraced(unit, t, t.reason)
         # Undecided for a source that failed as a whole (/proc, Nomad) or for MIG: the
         # source's own finding (or the GPU's unknown state) says it once.
         return None
 
-    def planned(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
+    def planned(self, unit: LedgerUnit, t: Tenant) -> Finding | None:
         """The finding of an unreserved or unmanaged tenant, from its plan (remembered in the
         memo while the tenant's facts and the policy hold): only its PID changes per tick."""
         facts = t.facts
         if self.memo is None:
-            plan = self.plan(lgpu, facts)
+            plan = self.plan(unit, facts)
         else:
-            key = (id(facts), lgpu.gpu.uuid, lgpu.gpu.index)
+            key = (id(facts), unit.uuid, unit.label)
             kept = self.memo.plans.get(key)
             if kept is None or kept[0] is not facts:
-                kept = self.memo.plans.put(key, (facts, self.plan(lgpu, facts)))
+                kept = self.memo.plans.put(key, (facts, self.plan(unit, facts)))
             plan = kept[1]
         if plan is None:
             return None
@@ -311,33 +317,33 @@ class _Judge:
             plan.owner,
         )
 
-    def plan(self, lgpu: LedgerGpu, facts: TenantFacts) -> _Plan | None:
+    def plan(self, unit: LedgerUnit, facts: TenantFacts) -> _Plan | None:
         """The finding an unreserved or unmanaged tenant gives, all but its PID."""
         if facts.verdict is Verdict.UNRESERVED:
-            return self.unreserved(lgpu, facts)
-        return self.unmanaged(lgpu, facts)
+            return self.unreserved(unit, facts)
+        return self.unmanaged(unit, facts)
 
-    def unreserved(self, lgpu: LedgerGpu, facts: TenantFacts) -> _Plan | None:
+    def unreserved(self, unit: LedgerUnit, facts: TenantFacts) -> _Plan | None:
         """A process of an allocation on a GPU that allocation did not reserve."""
         alloc = facts.alloc
         if alloc is None:
             return None
-        rule = self.rule(Code.UNRESERVED_TENANT, alloc.namespace, alloc.job)
+        rule = self.rule(Code.UNRESERVED_TENANT, alloc.namespace, alloc.job, unit.profile)
         if facts.alloc_visible:
             what = (
                 f" of allocation {alloc.id} ({_alloc_words(alloc)}) runs on "
-                f"{_where(lgpu)}, which that allocation did not reserve"
+                f"{unit.label}, which that allocation did not reserve"
             )
         else:
             what = (
-                f" of allocation {alloc.id} runs on {_where(lgpu)}, but Nomad no longer "
+                f" of allocation {alloc.id} runs on {unit.label}, but Nomad no longer "
                 "knows that allocation (404): its task outlived it and holds the GPU"
             )
-        return _Plan.of(Code.UNRESERVED_TENANT, rule, lgpu, facts, what)
+        return _Plan.of(Code.UNRESERVED_TENANT, rule, unit, facts, what)
 
-    def unmanaged(self, lgpu: LedgerGpu, facts: TenantFacts) -> _Plan | None:
+    def unmanaged(self, unit: LedgerUnit, facts: TenantFacts) -> _Plan | None:
         """A host process or a non-Nomad container on a GPU, unless the policy exempts it."""
-        rule = self.rule(Code.UNMANAGED_TENANT, None, None)
+        rule = self.rule(Code.UNMANAGED_TENANT, None, None, unit.profile)
         if _exempt(facts, rule):
             return None
         inside = (
@@ -345,45 +351,43 @@ class _Judge:
             if facts.container
             else "on the host"
         )
-        what = f" {inside} runs on {_where(lgpu)} outside every Nomad allocation"
-        return _Plan.of(Code.UNMANAGED_TENANT, rule, lgpu, facts, what)
+        what = f" {inside} runs on {unit.label} outside every Nomad allocation"
+        return _Plan.of(Code.UNMANAGED_TENANT, rule, unit, facts, what)
 
-    def hidden(self, lgpu: LedgerGpu, t: Tenant) -> Finding | None:
+    def hidden(self, unit: LedgerUnit, t: Tenant) -> Finding | None:
         """A task whose allocation the token may not read: the GPU cannot be judged."""
         if t.alloc is None:
             return None
         ns = t.alloc.namespace
-        rule = self.rule(Code.SOURCE_UNAVAILABLE, ns, t.alloc.job)
+        rule = self.rule(Code.SOURCE_UNAVAILABLE, ns, t.alloc.job, unit.profile)
         scope = f"namespace {ns!r}" if ns else "its namespace (no label tells which)"
         what = (
-            f"Nomad hid allocation {t.alloc.id} of {_who(t)} on {_where(lgpu)}: the token lacks "
+            f"Nomad hid allocation {t.alloc.id} of {_who(t)} on {unit.label}: the token lacks "
             f'read-job on {scope}; grant it (namespace "{ns or "*"}" '
             '{ capabilities = ["read-job"] }) so the GPU can be judged'
         )
-        return self.finding(
-            Code.SOURCE_UNAVAILABLE, rule, lgpu.gpu.uuid, _owner(t), what, _subject(t)
-        )
+        return self.finding(Code.SOURCE_UNAVAILABLE, rule, unit.uuid, _owner(t), what, _subject(t))
 
-    def untraced(self, lgpu: LedgerGpu, t: Tenant, reason: Reason) -> Finding | None:
+    def untraced(self, unit: LedgerUnit, t: Tenant, reason: Reason) -> Finding | None:
         """A process gpuledger cannot trace to its owner: the GPU cannot be judged."""
         why = _UNTRACED[reason]
-        what = f"{_who(t)} on {_where(lgpu)} {why}, so the GPU cannot be judged"
+        what = f"{_who(t)} on {unit.label} {why}, so the GPU cannot be judged"
         if reason is Reason.NOMAD_LOOKUP and t.alloc is not None:
             what = (
-                f"{_who(t)} on {_where(lgpu)} {why} (allocation {t.alloc.id}), so the GPU "
+                f"{_who(t)} on {unit.label} {why} (allocation {t.alloc.id}), so the GPU "
                 "cannot be judged"
             )
-        rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None)
+        rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None, unit.profile)
         return self.finding(
             Code.SOURCE_UNAVAILABLE,
             rule,
-            lgpu.gpu.uuid,
+            unit.uuid,
             f"source:{reason.value}",
             what,
             {"source": reason.source.value, **_subject(t)},
         )
 
-    def runtime_off(self, lgpu: LedgerGpu, t: Tenant, reason: Reason) -> Finding | None:
+    def runtime_off(self, unit: LedgerUnit, t: Tenant, reason: Reason) -> Finding | None:
         """A container process on a GPU whose runtime is off: the GPU cannot be judged.
 
         A runtime that is on and failed already has its own finding; one that is off is not an
@@ -394,27 +398,27 @@ class _Judge:
             return None
         label = _SOURCE_LABEL[reason.source]
         what = (
-            f"{_who(t)} on {_where(lgpu)} runs in a {label} container, but {label} is off, so "
+            f"{_who(t)} on {unit.label} runs in a {label} container, but {label} is off, so "
             f"the GPU cannot be judged: pass {_RUNTIME_FLAGS[reason]}"
         )
-        rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None)
+        rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None, unit.profile)
         return self.finding(
             Code.SOURCE_UNAVAILABLE,
             rule,
-            lgpu.gpu.uuid,
+            unit.uuid,
             f"source:{reason.value}",
             what,
             {"source": reason.source.value},
         )
 
-    def reserved_idle(self, lgpu: LedgerGpu) -> Finding | None:
-        res = lgpu.reservation
-        if lgpu.state is not GpuState.RESERVED_IDLE or res is None:
+    def reserved_idle(self, unit: LedgerUnit) -> Finding | None:
+        res = unit.reservation
+        if unit.state is not GpuState.RESERVED_IDLE or res is None:
             return None
-        state = self.since.gpu_state.get(lgpu.gpu.uuid)
+        state = self.since.gpu_state.get(unit.uuid)
         began = state[1] if state and state[0] is GpuState.RESERVED_IDLE else None
         return self.idle(
-            lgpu,
+            unit,
             Code.RESERVED_IDLE,
             began,
             lambda rule: (
@@ -423,16 +427,16 @@ class _Judge:
             ),
         )
 
-    def held_idle(self, lgpu: LedgerGpu) -> Finding | None:
-        res, util = lgpu.reservation, lgpu.gpu.utilization_percent
-        if lgpu.state is not GpuState.HELD or res is None or util is None:
+    def held_idle(self, unit: LedgerUnit) -> Finding | None:
+        res, util = unit.reservation, unit.utilization_percent
+        if unit.state is not GpuState.HELD or res is None or util is None:
             return None
-        if util >= self.rule(Code.HELD_IDLE, res.namespace, res.job).below_percent:
+        if util >= self.rule(Code.HELD_IDLE, res.namespace, res.job, unit.profile).below_percent:
             return None
         return self.idle(
-            lgpu,
+            unit,
             Code.HELD_IDLE,
-            self.since.held_idle.get(lgpu.gpu.uuid),
+            self.since.held_idle.get(unit.uuid),
             lambda rule: (
                 f"is held by job {res.job} (task {res.task}, namespace "
                 f"{res.namespace}) below {rule.below_percent:g}% utilisation"
@@ -441,24 +445,54 @@ class _Judge:
 
     def idle(
         self,
-        lgpu: LedgerGpu,
+        unit: LedgerUnit,
         code: Code,
         began: datetime | None,
         what: Callable[[Rule], str],
     ) -> Finding | None:
         """An idle finding once it has lasted longer than the rule's ``after``."""
-        res = lgpu.reservation
+        res = unit.reservation
         assert res is not None  # noqa: S101 - callers check
-        rule = self.rule(code, res.namespace, res.job)
+        rule = self.rule(code, res.namespace, res.job, unit.profile)
         lasted = self.now - began if began else None
         if not _over(lasted, rule.after):
             return None
         how_long = (
             f"for {_human(lasted)}" if lasted is not None else "for an unknown time (no --history)"
         )
-        message = f"GPU {lgpu.gpu.index} {what(rule)} {how_long}"
+        message = f"{unit.label} {what(rule)} {how_long}"
+        return self.finding(code, rule, unit.uuid, _res_owner(unit), message, _res_subject(unit))
+
+    def missing(self, device: MissingDevice) -> Finding | None:
+        """A device Nomad reserved that the driver does not list: its use cannot be seen."""
+        res = device.reservation
+        rule = self.rule(Code.SOURCE_UNAVAILABLE, res.namespace, res.job)
+        what = (
+            f"Nomad reserved {device.uuid} for allocation {res.id} (job {res.job}, task "
+            f"{res.task}, namespace {res.namespace}), but the GPU driver lists no such device on "
+            "this node (a MIG instance destroyed under a running allocation, or a card gone): "
+            "what the allocation does with it cannot be seen"
+        )
+        subject = {"source": SourceName.GPU.value, "device": device.uuid, **_res_subject(device)}
         return self.finding(
-            code, rule, lgpu.gpu.uuid, _res_owner(lgpu), message, _res_subject(lgpu)
+            Code.SOURCE_UNAVAILABLE, rule, device.uuid, _res_owner(device), what, subject
+        )
+
+    def unlisted(self, proc: GpuProcess) -> Finding | None:
+        """A process on a GPU the driver did not list among the GPUs: it is not judged."""
+        rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None)
+        what = (
+            f"{proc.process_name or 'a process'} (pid {proc.pid}) is listed by the GPU driver on "
+            f"{proc.gpu_uuid}, which it did not list among the GPUs (lost, or read between two "
+            "of its answers), so it is not judged"
+        )
+        subject: dict[str, str | int | None] = {
+            "source": SourceName.GPU.value,
+            "pid": proc.pid,
+            "process": proc.process_name,
+        }
+        return self.finding(
+            Code.SOURCE_UNAVAILABLE, rule, proc.gpu_uuid, "source:gpu-unlisted", what, subject
         )
 
     def hot(self, lgpu: LedgerGpu) -> Finding | None:
@@ -545,10 +579,6 @@ def _who(t: Tenant) -> str:
     return f"{t.process or 'a process'} (pid {t.pid})"
 
 
-def _where(lgpu: LedgerGpu) -> str:
-    return f"GPU {lgpu.gpu.index}"
-
-
 def _alloc_words(a: AllocRef) -> str:
     task = f", task {a.task}" if a.task else ""
     return f"job {a.job}{task}, namespace {a.namespace}"
@@ -575,13 +605,13 @@ def _facts_subject(t: TenantFacts) -> dict[str, str | int | None]:
     return subject
 
 
-def _res_owner(lgpu: LedgerGpu) -> str:
-    res = lgpu.reservation
+def _res_owner(unit: LedgerUnit | MissingDevice) -> str:
+    res = unit.reservation
     return f"alloc:{res.id}/{res.task or ''}" if res else ""
 
 
-def _res_subject(lgpu: LedgerGpu) -> dict[str, str | int | None]:
-    res = lgpu.reservation
+def _res_subject(unit: LedgerUnit | MissingDevice) -> dict[str, str | int | None]:
+    res = unit.reservation
     if res is None:
         return {}
     return {"alloc": res.id, "namespace": res.namespace, "job": res.job, "task": res.task}

@@ -12,7 +12,9 @@ names come from:
 - Docker and Podman container names: a letter or digit, then letters, digits, ``_``, ``.``
   and ``-``;
 - a tenant's short process name: the program name without its directory, so no ``/``, ``\\``
-  or blank.
+  or blank;
+- a MIG profile: ``1g.18gb``, ``2c.3g.71gb``, ``1g.10gb+me``: letters, digits, ``.``, ``+``
+  and ``-``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ CONTAINER = NameKind(
     "letters, digits, '_', '.' and '-' only",
     first=_alnum,
     first_rule="a letter or a digit first",
+)
+PROFILE = NameKind(
+    "MIG profile",
+    lambda ch: _alnum(ch) or ch in ".+-",
+    "letters, digits, '.', '+' and '-' only, as in 1g.18gb",
 )
 PROCESS = NameKind(
     "short process name",

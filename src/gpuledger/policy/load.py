@@ -20,7 +20,15 @@ from typing import Any
 from gpuledger.errors import PolicyError, YamlSyntaxError
 from gpuledger.model import Code, Level
 from gpuledger.model.text import excerpt
-from gpuledger.policy.globs import CONTAINER, JOB, NAMESPACE, NODE, PROCESS, why_unmatchable
+from gpuledger.policy.globs import (
+    CONTAINER,
+    JOB,
+    NAMESPACE,
+    NODE,
+    PROCESS,
+    PROFILE,
+    why_unmatchable,
+)
 from gpuledger.policy.located import (
     JsonPath,
     Located,
@@ -35,8 +43,12 @@ _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 NODE_SCOPED = frozenset({Code.UNMANAGED_TENANT, Code.POLICY_INVALID, Code.CONTROLLER_MISSING})
 """Codes whose findings have no namespace or job: an override naming either never applies."""
+CARD_SCOPED = frozenset(
+    {Code.HOT, Code.ENCODER_SATURATED, Code.POLICY_INVALID, Code.CONTROLLER_MISSING}
+)
+"""Codes whose findings are about a whole card or the node, never a MIG instance's profile."""
 
-_MATCH_KINDS = {"node": NODE, "namespace": NAMESPACE, "job": JOB}
+_MATCH_KINDS = {"node": NODE, "namespace": NAMESPACE, "job": JOB, "profile": PROFILE}
 _EXEMPT_KINDS = {"ignore_processes": PROCESS, "ignore_containers": CONTAINER}
 
 
@@ -95,12 +107,19 @@ def _beyond_schema(doc: Located) -> Iterator[Problem]:
         yield from _exemption_globs(doc, (*here, "findings"), findings)
         yield from _durations(doc, (*here, "findings"), findings)
         scoped = [k for k in ("namespace", "job") if k in match]
-        for code in findings if isinstance(findings, dict) and scoped else ():
-            if code in {c.value for c in NODE_SCOPED}:
+        for code in findings if isinstance(findings, dict) else ():
+            if scoped and code in {c.value for c in NODE_SCOPED}:
                 yield doc.problem(
                     (*here, "findings", code),
                     f"never applies: {code} findings have no {' or '.join(scoped)}; "
                     "match them on node only, or set them in the top-level findings",
+                    on_key=True,
+                )
+            elif "profile" in match and code in {c.value for c in CARD_SCOPED}:
+                yield doc.problem(
+                    (*here, "findings", code),
+                    f"never applies: {code} findings are about a whole card or the node, "
+                    "never a MIG instance's profile; leave profile out of this match",
                     on_key=True,
                 )
 

@@ -66,20 +66,29 @@ def _any_of(globs: tuple[str, ...]) -> re.Pattern[str] | None:
 
 @dataclass(frozen=True)
 class Match:
-    """Globs on node, namespace and job; an absent key matches anything."""
+    """Globs on node, namespace, job and MIG profile; an absent key matches anything."""
 
     node: str | None = None
     namespace: str | None = None
     job: str | None = None
+    profile: str | None = None
+    """A MIG instance's profile (``1g.*``): it never matches a whole GPU."""
 
     @property
     def specificity(self) -> int:
         """How many keys this match sets."""
-        return sum(v is not None for v in (self.node, self.namespace, self.job))
+        return sum(v is not None for v in (self.node, self.namespace, self.job, self.profile))
 
-    def matches(self, node: str, namespace: str | None, job: str | None) -> bool:
+    def matches(
+        self, node: str, namespace: str | None, job: str | None, profile: str | None = None
+    ) -> bool:
         """Whether every glob set here matches; a glob never matches an unknown value."""
-        pairs = ((self.node, node), (self.namespace, namespace), (self.job, job))
+        pairs = (
+            (self.node, node),
+            (self.namespace, namespace),
+            (self.job, job),
+            (self.profile, profile),
+        )
         return all(
             glob is None or (value is not None and fnmatch.fnmatchcase(value, glob))
             for glob, value in pairs
@@ -104,28 +113,36 @@ class Policy:
     exit_on: Level = Level.BAD
     overrides: tuple[Override, ...] = ()
     source: str = "<built-in>"
-    _resolved: dict[tuple[Code, str, str | None, str | None], Rule] = field(
+    _resolved: dict[tuple[Code, str, str | None, str | None, str | None], Rule] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     """The rules already worked out: a tick asks for the same few scopes again and again."""
 
     def rule(
-        self, code: Code, node: str, namespace: str | None = None, job: str | None = None
+        self,
+        code: Code,
+        node: str,
+        namespace: str | None = None,
+        job: str | None = None,
+        profile: str | None = None,
     ) -> Rule:
-        """The rule for ``code`` where a finding is about ``node``, ``namespace`` and ``job``."""
-        key = (code, node, namespace, job)
+        """The rule for ``code`` where a finding is about ``node``, ``namespace`` and ``job``,
+        on a MIG instance of ``profile`` (``None``: a whole GPU, or no GPU)."""
+        key = (code, node, namespace, job, profile)
         rule = self._resolved.get(key)
         if rule is None:
             if len(self._resolved) >= 4096:
                 self._resolved.clear()
-            rule = self._resolved[key] = self._resolve(code, node, namespace, job)
+            rule = self._resolved[key] = self._resolve(*key)
         return rule
 
-    def _resolve(self, code: Code, node: str, namespace: str | None, job: str | None) -> Rule:
+    def _resolve(
+        self, code: Code, node: str, namespace: str | None, job: str | None, profile: str | None
+    ) -> Rule:
         rule = self.rules[code]
         ordered = sorted(enumerate(self.overrides), key=lambda p: (p[1].match.specificity, p[0]))
         for _, override in ordered:
             changes = override.findings.get(code)
-            if changes and override.match.matches(node, namespace, job):
+            if changes and override.match.matches(node, namespace, job, profile):
                 rule = rule.with_changes(changes)
         return rule

@@ -15,8 +15,15 @@ collector it fakes::
                     "vanishes": false}]}
 
 ``null`` prints ``[N/A]`` (``[Not Found]`` for a process name); a MIG GPU prints ``[N/A]``
-utilisation. ``legacy_fields`` plays a driver before 535: no ``temperature.gpu.tlimit``, only
-the ``clocks_throttle_reasons.*`` names, and ``memory.used`` that includes the reserved memory.
+utilisation. A GPU with ``"mig": true`` (``mig_pending`` for the mode after a reset) has
+``mig_devices`` [{uuid, profile, gi, ci, memory_used, memory_total}], which ``-L`` lists under
+it (``Device N`` by position) and ``-q -x`` shows as ``<mig_device>``; a process on it has the
+ids ``gpu_instance`` and ``compute_instance`` (0 when left out) in ``-q -x``, which leaves out
+one with ``xml_hidden``. ``mig_relayout`` lists the devices in reverse at every second ``-L``
+(the layout changed between two calls); ``xml_fault: garbage`` breaks ``-q -x``.
+``legacy_fields`` plays a driver before 535: no ``temperature.gpu.tlimit``, only
+the ``clocks_throttle_reasons.*`` names, and ``memory.used`` that includes the reserved memory;
+``unknown_fields`` lists ``--query-gpu`` fields the driver refuses (``mig.mode.*`` before R450).
 A process that ``vanishes`` has exited before this call; one with ``listed_calls: N`` is listed by
 the first N process queries (counted in ``.compute-apps-calls`` beside the state file), then has
 exited. ``fault`` is one of ``no-driver``
@@ -26,7 +33,9 @@ open, for ``hang_seconds``, default 3600). ``call_log`` names a file each call a
 arguments to; ``pid_file`` one where ``hang`` writes its PIDs.
 
 Replaying a real capture: ``"capture": DIR`` with ``"capture_phase": "idle"|"load"`` answers
-from ``DIR/<phase>-query-gpu.csv`` and ``DIR/<phase>-query-compute-apps.csv`` (columns chosen
+``-L`` from ``DIR/list-gpus.txt``, ``-q -x`` from ``DIR/<phase>-q.txt`` (the captures hold no
+XML: the text's facts under the XML's element names), and the queries from
+``DIR/<phase>-query-gpu.csv`` and ``DIR/<phase>-query-compute-apps.csv`` (columns chosen
 by header name, aliases and unknown fields per ``DIR/help-query-*.txt``). ``"capture": FILE``
 reads a file of ``# nvidia-smi <args>`` sections (the legacy samples), or a bare
 ``--query-gpu`` CSV. A capture without a compute-apps section answers with no processes; one
@@ -104,6 +113,10 @@ _GPU_COLUMNS: dict[str, tuple[str, Getter]] = {
     ),
     "encoder.stats.sessionCount": ("", lambda g, s: g.get("encoder_sessions")),
     "mig.mode.current": ("", lambda g, s: _word(g.get("mig"), "Enabled", "Disabled")),
+    "mig.mode.pending": (
+        "",
+        lambda g, s: _word(g.get("mig_pending", g.get("mig")), "Enabled", "Disabled"),
+    ),
 }
 _GPU_ALIASES = {"gpu_uuid": "uuid", "gpu_name": "name", "gpu_bus_id": "pci.bus_id"}
 
@@ -123,8 +136,10 @@ def _invalid(name: str) -> _ExitError:
     return _ExitError(2, f'Field "{name}" is not a valid field to query.\n\n')
 
 
-def _resolve_gpu_field(name: str, legacy: bool) -> tuple[str, str]:
+def _resolve_gpu_field(name: str, legacy: bool, unknown: Sequence[str]) -> tuple[str, str]:
     """(header shown, canonical key) for a --query-gpu field of the synthetic driver."""
+    if name in unknown:
+        raise _invalid(name)
     if name.startswith("clocks_throttle_reasons."):
         key = "clocks_event_reasons." + name.removeprefix("clocks_throttle_reasons.")
         if key not in _GPU_COLUMNS:
@@ -166,7 +181,8 @@ def _parse_format(text: str | None) -> _Format:
 
 def _query_gpu(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> str:
     legacy = bool(state.get("legacy_fields"))
-    resolved = [_resolve_gpu_field(name, legacy) for name in names]
+    unknown = state.get("unknown_fields", [])
+    resolved = [_resolve_gpu_field(name, legacy, unknown) for name in names]
     headers = []
     for shown, key in resolved:
         unit = _GPU_COLUMNS[key][0]
@@ -205,8 +221,210 @@ def _query_apps(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> st
     return _table(headers, rows, fmt.header)
 
 
-def _list_gpus(state: dict[str, Any]) -> str:
-    return "".join(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})\n" for g in state["gpus"])
+def _list_gpus(state: dict[str, Any], call: int = 1) -> str:
+    lines = []
+    for g in state["gpus"]:
+        lines.append(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
+        devices = _mig_devices(g)
+        if state.get("mig_relayout") and call % 2 == 0:
+            # The layout changed since the last listing: the same UUIDs, other indexes.
+            devices = devices[::-1]
+        # Padded as the captures show: "  MIG 1c.3g.71gb  Device  0: (UUID: MIG-…)".
+        lines += [
+            f"  MIG {d['profile']:<11} Device {i:>2}: (UUID: {d['uuid']})"
+            for i, d in enumerate(devices)
+        ]
+    return "".join(line + "\n" for line in lines)
+
+
+def _mig_devices(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(gpu.get("mig_devices", [])) if gpu.get("mig") else []
+
+
+# --------------------------------------------------------------------------- -q -x
+
+Xml = list[tuple[str, Any]]
+"""Elements as (tag, text or child elements); a tag "gpu id=…" carries its attribute."""
+
+
+def _xml(elements: Xml, depth: int = 1) -> str:
+    pad = "    " * depth
+    out = []
+    for tag, body in elements:
+        name = tag.split(" ", 1)[0]
+        if isinstance(body, list):
+            inner = _xml(body, depth + 1)
+            out.append(f"{pad}<{tag}>\n{inner}{pad}</{name}>\n" if body else f"{pad}<{tag} />\n")
+        else:
+            out.append(f"{pad}<{tag}>{_escape(body)}</{name}>\n")
+    return "".join(out)
+
+
+def _escape(value: Any) -> str:
+    text = "N/A" if value is None else str(value)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _document(elements: Xml) -> str:
+    # The head of every -q -x the fixtures hold (xml-telegraf, DTD v12).
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n'
+        f"<nvidia_smi_log>\n{_xml(elements)}</nvidia_smi_log>\n"
+    )
+
+
+def _mib(value: Any) -> str | None:
+    return None if value is None else f"{value} MiB"
+
+
+def _query_xml(state: dict[str, Any]) -> str:
+    """``-q -x`` of the synthetic world: the elements gpuledger reads, where DTD v12 has them
+    (``<mig_devices>`` as in a100-sxm4-v12.xml, ``<process_info>`` as in rtx-3080-v12.xml)."""
+    gpus: Xml = []
+    for g in state["gpus"]:
+        mig = g.get("mig")
+        devices: Xml = [
+            (
+                "mig_device",
+                [
+                    ("index", i),
+                    ("gpu_instance_id", d.get("gi")),
+                    ("compute_instance_id", d.get("ci")),
+                    (
+                        "fb_memory_usage",
+                        [
+                            ("total", _mib(d.get("memory_total"))),
+                            ("reserved", "0 MiB"),
+                            ("used", _mib(d.get("memory_used"))),
+                        ],
+                    ),
+                ],
+            )
+            for i, d in enumerate(_mig_devices(g))
+        ]
+        processes: Xml = [
+            (
+                "process_info",
+                [
+                    ("gpu_instance_id", p.get("gpu_instance", 0) if mig else None),
+                    ("compute_instance_id", p.get("compute_instance", 0) if mig else None),
+                    ("pid", p["pid"]),
+                    ("type", "C"),
+                    ("process_name", p.get("name")),
+                    ("used_memory", _mib(p.get("used_memory"))),
+                ],
+            )
+            for p in state.get("processes", [])
+            if p["gpu"] == g["uuid"] and not p.get("vanishes") and not p.get("xml_hidden")
+        ]
+        gpus.append(
+            (
+                f'gpu id="{g.get("pci_bus_id", "00000000:00:00.0")}"',
+                [
+                    ("product_name", g["name"]),
+                    (
+                        "mig_mode",
+                        [
+                            ("current_mig", _word(mig, "Enabled", "Disabled")),
+                            (
+                                "pending_mig",
+                                _word(g.get("mig_pending", mig), "Enabled", "Disabled"),
+                            ),
+                        ],
+                    ),
+                    ("mig_devices", devices or "None"),
+                    ("uuid", g["uuid"]),
+                    ("processes", processes),
+                ],
+            )
+        )
+    head: Xml = [("driver_version", state.get("driver_version")), ("attached_gpus", len(gpus))]
+    return _document(head + gpus)
+
+
+_Q_LINE = re.compile(r"^( *)(\S.*?)(?:\s+: ?(.*))?$")
+_Q_TAGS = {
+    "Index": "index",
+    "GPU Instance ID": "gpu_instance_id",
+    "Compute Instance ID": "compute_instance_id",
+    "GPU instance ID": "gpu_instance_id",
+    "Compute instance ID": "compute_instance_id",
+    "Process ID": "pid",
+    "Type": "type",
+    "Name": "process_name",
+    "Used GPU Memory": "used_memory",
+    "Total": "total",
+    "Reserved": "reserved",
+    "Used": "used",
+    "Free": "free",
+}
+
+
+def _q_tree(text: str) -> list[tuple[str, str | None, list[Any]]]:
+    """The blocks of ``nvidia-smi -q`` text: (key, value, children), nested by indentation."""
+    root: list[tuple[str, str | None, list[Any]]] = []
+    stack: list[tuple[int, list[Any]]] = [(-1, root)]
+    for line in text.split("\n"):
+        found = _Q_LINE.match(line.rstrip())
+        if found is None or found.group(2).startswith("="):
+            continue
+        depth = len(found.group(1))
+        while stack[-1][0] >= depth:
+            stack.pop()
+        children: list[Any] = []
+        stack[-1][1].append((found.group(2), found.group(3), children))
+        stack.append((depth, children))
+    return root
+
+
+def _q_elements(nodes: list[tuple[str, str | None, list[Any]]]) -> Xml:
+    """A block's leaves and known sub-blocks, under the XML's names."""
+    out: Xml = []
+    for key, value, children in nodes:
+        tag = _Q_TAGS.get(key)
+        if tag is not None:
+            out.append((tag, value))
+            out += _q_elements(children)  # a Process ID's Type, Name and memory
+        elif key == "Shared FB Memory Usage":
+            out.append(("fb_memory_usage", _q_elements(children)))
+    return out
+
+
+def _xml_from_q(text: str) -> str:
+    """A captured ``-q`` text as ``-q -x`` shows the same facts (the captures hold no XML)."""
+    nodes = _q_tree(text)
+    head: Xml = [(("driver_version"), v) for k, v, _ in nodes if k == "Driver Version"]
+    for key, _, block in nodes:
+        if not key.startswith("GPU "):
+            continue
+        facts = {k: (v, c) for k, v, c in block}
+        mode = {k: v for k, v, _ in facts.get("MIG Mode", (None, []))[1]}
+        devices = [("mig_device", _q_elements(c)) for k, _, c in block if k == "MIG Device"]
+        processes: Xml = []
+        for tag, value in _q_elements(facts.get("Processes", (None, []))[1]):
+            if tag == "gpu_instance_id":
+                processes.append(("process_info", []))
+            processes[-1][1].append((tag, value))
+        head.append(
+            (
+                f'gpu id="{key.removeprefix("GPU ")}"',
+                [
+                    ("product_name", facts.get("Product Name", (None, []))[0]),
+                    (
+                        "mig_mode",
+                        [
+                            ("current_mig", mode.get("Current")),
+                            ("pending_mig", mode.get("Pending")),
+                        ],
+                    ),
+                    ("mig_devices", devices or "None"),
+                    ("uuid", facts.get("GPU UUID", (None, []))[0]),
+                    ("processes", processes),
+                ],
+            )
+        )
+    return _document(head)
 
 
 # --------------------------------------------------------------------------- captures
@@ -258,6 +476,7 @@ class _Capture(NamedTuple):
     gpu_help: dict[str, list[str]] | None
     apps_help: dict[str, list[str]] | None
     list_gpus: str
+    q_text: str = ""
 
 
 def _sections(text: str) -> dict[str, str]:
@@ -290,6 +509,7 @@ def _load_capture(state: dict[str, Any], base: Path) -> _Capture:
             gpu_help=_aliases(read("help-query-gpu.txt")),
             apps_help=_aliases(read("help-query-compute-apps.txt")),
             list_gpus=read("list-gpus.txt"),
+            q_text=read(f"{phase}-q.txt"),
         )
     text = path.read_text(encoding="utf-8")
     sections = _sections(text)
@@ -383,6 +603,9 @@ def _options(argv: Sequence[str]) -> dict[str, str | None]:
         if arg in ("-L", "--list-gpus"):
             options["list"] = None
             continue
+        if arg in ("-q", "--query", "-x", "--xml-format"):
+            options[arg.lstrip("-")[0]] = None
+            continue
         name, eq, value = arg.partition("=")
         if name not in ("--query-gpu", "--query-compute-apps", "--format"):
             raise _ExitError(2, _BAD_ARGS + "\n")
@@ -400,7 +623,11 @@ def _answer(argv: Sequence[str], state: dict[str, Any], base: Path) -> str:
     options = _options(argv)
     capture = _load_capture(state, base) if state.get("capture") else None
     if "list" in options:
-        return capture.list_gpus if capture else _list_gpus(state)
+        return capture.list_gpus if capture else _list_gpus(state, _count(base, "list"))
+    if "q" in options and "x" in options:
+        if state.get("xml_fault") == "garbage":
+            return "<nvidia_smi_log><gpu><uuid>GPU-\x00</gpu>\n"
+        return _xml_from_q(capture.q_text) if capture else _query_xml(state)
     fmt = _parse_format(options.get("--format"))
     if options.get("--query-gpu"):
         names = str(options["--query-gpu"]).split(",")
@@ -420,11 +647,17 @@ def _exit_listed(state: dict[str, Any], base: Path) -> dict[str, Any]:
     the first N process queries only, then has exited (the race between two reads)."""
     if not any("listed_calls" in p for p in state.get("processes", [])):
         return state
-    counter = base / ".compute-apps-calls"
-    calls = int(counter.read_text() or 0) + 1 if counter.exists() else 1
-    counter.write_text(str(calls))
+    calls = _count(base, "compute-apps")
     procs = [p for p in state["processes"] if calls <= p.get("listed_calls", calls)]
     return {**state, "processes": procs}
+
+
+def _count(base: Path, what: str) -> int:
+    """This call's number among the calls of its kind (``.<what>-calls`` beside the state)."""
+    counter = base / f".{what}-calls"
+    calls = int(counter.read_text() or 0) + 1 if counter.exists() else 1
+    counter.write_text(str(calls))
+    return calls
 
 
 def run(argv: Sequence[str], state_file: Path) -> tuple[int, str, str]:

@@ -8,10 +8,16 @@ The world can be changed while it runs (``world.update(...)``): every fake re-re
 Scenario keys (see ``scenarios/demo.yaml``): ``node`` {name, nomad_node_id}, ``driver_version``,
 ``gpus`` [...], ``allocations`` [{id, namespace, job, group, client_status, tasks: {task: [uuid]}}],
 ``gone_allocations`` [id], ``hidden_namespaces`` [ns], ``containers`` [{key, runtime, name,
-labels}], ``processes`` [{pid, gpu, name, used_memory, cmdline, owner}], where ``owner`` is
+labels}], ``processes`` [{pid, gpu, name, used_memory, cmdline, owner}] (on a card in MIG mode
+also ``gpu_instance`` and ``compute_instance``, the ids the driver gives it, and ``xml_hidden``
+to leave it out of ``-q -x``), where ``owner`` is
 ``{container: key}``, ``{nomad_exec: {alloc, task}}`` or ``{host: true}``; ``vanished: true`` leaves
 a process out of /proc, ``listed_calls: N`` lists it in the driver's first N process queries only
 (it exits between two reads), and a container with ``exited: true`` is unknown to its runtime.
+A GPU in MIG mode (``mig: true``) lists its ``mig_devices`` [{uuid, profile, gi, ci,
+memory_used, memory_total}]; ``nvidia_xml_fault: garbage`` breaks its ``-q -x`` and
+``mig_relayout`` makes every second ``-L`` list its devices in another order. ``about`` says
+what the demo shows.
 ``drift`` [{title, add_processes, remove_processes, gpus: {uuid: changes}}] lists the phases a
 demo cycles through, each a change of the node as the scenario begins (``drift_phases``).
 """
@@ -34,7 +40,16 @@ from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
 from gpuledger.sim.proc import cgroup_text, write_proc_tree
 
 Scenario = dict[str, Any]
-_NVIDIA_KEYS = ("gpu", "pid", "name", "used_memory", "listed_calls")
+_NVIDIA_KEYS = (
+    "gpu",
+    "pid",
+    "name",
+    "used_memory",
+    "listed_calls",
+    "gpu_instance",
+    "compute_instance",
+    "xml_hidden",
+)
 
 
 def load_scenario(name_or_path: str | Path) -> Scenario:
@@ -126,11 +141,14 @@ class World:
             "driver_version": s.get("driver_version", "590.48.01"),
             "legacy_fields": s.get("legacy_fields", False),
             "fault": s.get("nvidia_fault"),
+            "xml_fault": s.get("nvidia_xml_fault"),
+            "mig_relayout": s.get("mig_relayout", False),
             "gpus": s.get("gpus", []),
             "processes": [{k: p[k] for k in _NVIDIA_KEYS if k in p} for p in processes],
         }
         # a new world: the process queries' count (listed_calls) starts again
-        (self.directory / ".compute-apps-calls").unlink(missing_ok=True)
+        for counter in (".compute-apps-calls", ".list-calls"):
+            (self.directory / counter).unlink(missing_ok=True)
         tmp = self.directory / "nvidia.json.tmp"
         tmp.write_text(json.dumps(state), encoding="utf-8")
         tmp.replace(self.directory / "nvidia.json")

@@ -23,10 +23,14 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpuledger import __version__
 from gpuledger.controller.loop import Snapshot
-from gpuledger.model import Code, GpuState, LedgerGpu, Level
+from gpuledger.model import Code, GpuState, LedgerGpu, LedgerUnit, Level
 
 MIB = 1024 * 1024
 STATES = tuple(GpuState)
+"""A card's states; ``mig`` for a card in MIG mode."""
+INSTANCE_STATES = tuple(s for s in GpuState if s is not GpuState.MIG)
+"""A MIG instance's states."""
+_INSTANCE_LABELS = ["uuid", "parent", "profile"]
 
 
 class SnapshotCollector:
@@ -46,6 +50,7 @@ class SnapshotCollector:
         yield build
         if self.snapshot is not None:
             yield from _gpu_families(self.snapshot)
+            yield from _instance_families(self.snapshot)
             yield from _count_families(self.snapshot)
             yield from _node_families(self.snapshot)
 
@@ -122,15 +127,76 @@ def _gpu_families(snap: Snapshot) -> Iterator[Metric]:
     yield _tenant_family(gpus)
 
 
+def _instance_families(snap: Snapshot) -> Iterator[Metric]:
+    """Each MIG instance as a series of its own, its card and profile as labels. Apart from
+    the card's families: an instance's memory is its card's too, and sums must not count it
+    twice."""
+    info = InfoMetricFamily(
+        "gpuledger_mig_instance", "Each MIG instance of a card in MIG mode.", labels=["uuid"]
+    )
+    state = _gauge(
+        "gpuledger_mig_instance_state",
+        "1 for the MIG instance's state, 0 for the others.",
+        [*_INSTANCE_LABELS, "state"],
+    )
+    since = _gauge(
+        "gpuledger_mig_instance_state_since_timestamp_seconds",
+        "Since when the MIG instance has been in its state (Unix time).",
+        _INSTANCE_LABELS,
+    )
+    used = _gauge(
+        "gpuledger_mig_instance_memory_used_bytes",
+        "Memory in use in the MIG instance's GPU instance (shared by its compute instances).",
+        _INSTANCE_LABELS,
+    )
+    total = _gauge(
+        "gpuledger_mig_instance_memory_total_bytes",
+        "Memory of the MIG instance's GPU instance.",
+        _INSTANCE_LABELS,
+    )
+    seconds = CounterMetricFamily(
+        "gpuledger_mig_instance_state_seconds",
+        "Seconds each MIG instance has spent in each state (unknown included).",
+        labels=[*_INSTANCE_LABELS, "state"],
+    )
+    counted = snap.history.state_seconds
+    for linst in (i for lgpu in snap.ledger.gpus for i in lgpu.instances):
+        i = linst.instance
+        labels = [i.uuid, i.parent_uuid, i.profile or ""]
+        ids = (i.gpu_instance_id, i.compute_instance_id)
+        info.add_metric(
+            [i.uuid],
+            {
+                "parent": i.parent_uuid,
+                "profile": i.profile or "",
+                "gpu_instance": "" if ids[0] is None else str(ids[0]),
+                "compute_instance": "" if ids[1] is None else str(ids[1]),
+            },
+        )
+        for s in INSTANCE_STATES:
+            state.add_metric([*labels, s.value], 1.0 if linst.state is s else 0.0)
+            seconds.add_metric([*labels, s.value], counted.get((i.uuid, s), 0.0))
+        if linst.state_since is not None:
+            since.add_metric(labels, linst.state_since.timestamp())
+        if i.memory_used_mib is not None:
+            used.add_metric(labels, float(i.memory_used_mib * MIB))
+        if i.memory_total_mib is not None:
+            total.add_metric(labels, float(i.memory_total_mib * MIB))
+    yield from (info, state, since, used, total, seconds)
+
+
 def _tenant_family(gpus: Iterable[LedgerGpu]) -> GaugeMetricFamily:
     """GPU memory per tenant; tenants with the same labels (two host processes) are summed."""
     tenants: dict[tuple[str, str, str, str, str], float] = {}
+    units: list[LedgerUnit] = []
     for lgpu in gpus:
-        for t in lgpu.tenants:
+        units += [lgpu, *lgpu.instances]
+    for unit in units:
+        for t in unit.tenants:
             if t.used_memory_mib is None:
                 continue
             key = (
-                lgpu.gpu.uuid,
+                unit.uuid,
                 (t.alloc.namespace if t.alloc else None) or "",
                 (t.alloc.job if t.alloc else None) or "",
                 (t.alloc.task if t.alloc else None) or "",
@@ -154,7 +220,8 @@ def _count_families(snap: Snapshot) -> Iterator[Metric]:
         "Seconds each GPU has spent in each state (unknown included).",
         labels=["uuid", "state"],
     )
-    counted = dict(history.state_seconds)
+    # A MIG instance's seconds are its own family's (gpuledger_mig_instance_state_seconds).
+    counted = {k: v for k, v in history.state_seconds.items() if not k[0].startswith("MIG-")}
     for lgpu in snap.ledger.gpus:
         for s in STATES:
             counted.setdefault((lgpu.gpu.uuid, s), 0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gpuledger.model import AllocRef, Finding, Ledger, LedgerGpu, Tenant
+from gpuledger.model import AllocRef, Finding, Ledger, LedgerGpu, LedgerInstance, Tenant
 
 # Control characters (newlines included: a Nomad job name may hold one and would forge rows),
 # and the invisible marks that reorder or break what a terminal shows: bidi embeddings,
@@ -64,22 +64,44 @@ def _tenant(t: Tenant) -> str:
     return f"{t.pid} {t.process or '[not found]'}{where}{owner}"
 
 
+def _memory(used: int | None, total: int | None) -> str:
+    return "-" if used is None else f"{used}/{_na(total)} MiB"
+
+
 def _gpu_rows(lgpu: LedgerGpu) -> list[list[str]]:
     gpu = lgpu.gpu
-    used, total = gpu.memory_used_mib, _na(gpu.memory_total_mib)
-    mem = "-" if used is None else f"{used}/{total} MiB"
     first = [
         str(gpu.index),
         lgpu.state.value,
         _na(gpu.utilization_percent, "%"),
-        mem,
+        _memory(gpu.memory_used_mib, gpu.memory_total_mib),
         _na(gpu.temperature_c, "C"),
         _owner(lgpu.reservation),
     ]
-    tenants = [_tenant(t) for t in lgpu.tenants] or ["-"]
-    rows = [[*first, tenants[0]]]
-    rows.extend([""] * len(first) + [t] for t in tenants[1:])
+    # On a card in MIG mode, the card's own tenants are those no output placed on an instance.
+    where = " [instance unknown]" if lgpu.instances or gpu.mig_enabled else ""
+    tenants = [_tenant(t) + where for t in lgpu.tenants]
+    if gpu.mig_pending is not None and gpu.mig_pending != bool(gpu.mig_enabled):
+        tenants.append(f"(MIG {'on' if gpu.mig_pending else 'off'} after the next reset)")
+    rows = _with_tenants(first, tenants)
+    for linst in lgpu.instances:
+        i = linst.instance
+        cells = [_unit_name(linst), linst.state.value, "-"]
+        cells += [_memory(i.memory_used_mib, i.memory_total_mib), "", _owner(linst.reservation)]
+        rows += _with_tenants(cells, [_tenant(t) for t in linst.tenants])
     return rows
+
+
+def _with_tenants(first: list[str], tenants: list[str]) -> list[list[str]]:
+    tenants = tenants or ["-"]
+    return [[*first, tenants[0]], *([""] * len(first) + [t] for t in tenants[1:])]
+
+
+def _unit_name(linst: LedgerInstance) -> str:
+    """A MIG instance in the GPU column: ``1:1g.18gb (9/0)``, card, profile, GI/CI ids."""
+    i = linst.instance
+    ids = "" if i.gpu_instance_id is None else f" ({i.gpu_instance_id}/{i.compute_instance_id})"
+    return f"{linst.card_index}:{i.profile or '?'}{ids}"
 
 
 def render_ledger(ledger: Ledger) -> str:
@@ -102,12 +124,25 @@ def render_ledger(ledger: Ledger) -> str:
         lines.extend(_columns(rows))
     else:
         lines.append("no GPU could be read")
+    lines += [
+        _printable(
+            f"reserved, but the driver lists no such device: {d.uuid} by {_owner(d.reservation)}"
+        )
+        for d in ledger.missing
+    ]
+    lines += [
+        _printable(
+            f"on a GPU the driver did not list: {p.pid} {p.process_name or '[not found]'} "
+            f"on {p.gpu_uuid}"
+        )
+        for p in ledger.unlisted
+    ]
     lines.append("")
     lines.append(render_findings(ledger).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
-def _finding_row(f: Finding, index: dict[str, int]) -> list[str]:
+def _finding_row(f: Finding, index: dict[str, int | str]) -> list[str]:
     gpu = "-" if f.gpu is None else str(index.get(f.gpu, f.gpu))
     return [f.level.name, f.code.value, gpu, f.message]
 
@@ -116,7 +151,8 @@ def render_findings(ledger: Ledger) -> str:
     """The findings, worst first, and the worst level."""
     if not ledger.findings:
         return f"no findings on {_printable(ledger.node.name)} (worst: OK)\n"
-    index = {lgpu.gpu.uuid: lgpu.gpu.index for lgpu in ledger.gpus}
+    index: dict[str, int | str] = {lgpu.gpu.uuid: lgpu.gpu.index for lgpu in ledger.gpus}
+    index |= {i.uuid: _unit_name(i) for lgpu in ledger.gpus for i in lgpu.instances}
     rows = [["LEVEL", "CODE", "GPU", "MESSAGE"], *(_finding_row(f, index) for f in ledger.findings)]
     lines = _columns(rows)
     lines.append(
