@@ -30,6 +30,7 @@ from gpuledger.collectors.tls import (
     TlsSettings,
     causes,
     client_context,
+    parse_go_bool,
     read_setting_file,
     tls_failure,
 )
@@ -73,15 +74,6 @@ class NomadSettings:
     timeout: float = 5.0
 
 
-def _parse_bool(name: str, text: str) -> bool:
-    # The values Go's strconv.ParseBool accepts, as the Nomad CLI parses NOMAD_SKIP_VERIFY.
-    if text in {"1", "t", "T", "TRUE", "true", "True"}:
-        return True
-    if text in {"0", "f", "F", "FALSE", "false", "False"}:
-        return False
-    raise ConfigError(f"{name}={text!r} is not a boolean (use true or false)")
-
-
 def settings_from_env(env: Mapping[str, str]) -> NomadSettings:
     """The settings the ``NOMAD_*`` variables of ``env`` give; unset or empty means default."""
 
@@ -101,7 +93,7 @@ def settings_from_env(env: Mapping[str, str]) -> NomadSettings:
         client_cert=path("NOMAD_CLIENT_CERT"),
         client_key=path("NOMAD_CLIENT_KEY"),
         tls_server_name=text("NOMAD_TLS_SERVER_NAME"),
-        skip_verify=_parse_bool("NOMAD_SKIP_VERIFY", skip) if skip else False,
+        skip_verify=parse_go_bool("NOMAD_SKIP_VERIFY", skip) if skip else False,
     )
 
 
@@ -246,7 +238,7 @@ def _base_url(addr: str) -> str:
 
 
 @dataclass(frozen=True)
-class _Call:
+class Call:
     """One endpoint and the capability its 403 means the token lacks."""
 
     path: str
@@ -283,19 +275,23 @@ class NomadReader:
         client = nomad.Nomad(
             address=self._base, timeout=settings.timeout, session=self._session, cert=("", "")
         )
-        # python-nomad reads NOMAD_TOKEN, NOMAD_NAMESPACE and NOMAD_REGION from os.environ
-        # behind our back; gpuledger's settings are the only source, and the token goes in
-        # the session's headers where it is refreshed.
-        self._agent = client.agent
-        self._node = client.node
-        self._allocation = client.allocation
-        for requester in (self._agent, self._node, self._allocation):
-            requester.token = None
-            requester.namespace = None
-            requester.region = None
+        self._client = client
+        self._agent = self._requester(client.agent)
+        self._node = self._requester(client.node)
+        self._allocation = self._requester(client.allocation)
         self._node_id: str | None = settings.node_id
         self._node_name: str | None = None
         self._node_checked = False
+
+    @staticmethod
+    def _requester(requester: Any) -> Any:
+        """A python-nomad endpoint with gpuledger's settings only: python-nomad reads
+        NOMAD_TOKEN, NOMAD_NAMESPACE and NOMAD_REGION from os.environ behind our back, and the
+        token goes in the session's headers where it is refreshed."""
+        requester.token = None
+        requester.namespace = None
+        requester.region = None
+        return requester
 
     def __repr__(self) -> str:
         addr = redact_url_passwords(self._settings.addr)
@@ -340,14 +336,14 @@ class NomadReader:
 
     # ---------------------------------------------------------------- calls
 
-    def _call(self, call: _Call, fn: Callable[[], _T]) -> _T:
+    def _call(self, call: Call, fn: Callable[[], _T]) -> _T:
         """``fn()``, with every failure turned into a ``SourceError`` that says what to do."""
         try:
             return fn()
         except _CALL_ERRORS as err:
             raise self._failure(call, err) from None
 
-    def _failure(self, call: _Call, err: Exception) -> SourceError:
+    def _failure(self, call: Call, err: Exception) -> SourceError:
         if isinstance(err, nomad_errors.BaseNomadException):
             resp = err.nomad_resp
             if isinstance(resp, requests.Response):
@@ -363,7 +359,7 @@ class NomadReader:
             f"check that {self._settings.addr} is a Nomad agent's HTTP API",
         )
 
-    def _http_error(self, call: _Call, status: int, body: str) -> SourceError:
+    def _http_error(self, call: Call, status: int, body: str) -> SourceError:
         where = f"GET {call.path} answered {status}"
         if body == "ACL token not found":
             return self._error(
@@ -399,7 +395,7 @@ class NomadReader:
             )
         return self._error(f"{where}: {body or 'no message'}", "check the Nomad agent and version")
 
-    def _transport_error(self, call: _Call, err: BaseException) -> SourceError:
+    def _transport_error(self, call: Call, err: BaseException) -> SourceError:
         settings = self._settings
         peer = TlsPeer("the Nomad server", urlsplit(settings.addr).hostname or settings.addr)
         failed = tls_failure(err, tls_settings(settings), NOMAD_TLS, peer)
@@ -417,7 +413,7 @@ class NomadReader:
     def _find_node_id(self) -> str:
         if self._node_id is not None:
             return self._node_id
-        call = _Call(
+        call = Call(
             "/v1/agent/self",
             "agent:read",
             'pass --nomad-node-id, or grant the token agent { policy = "read" }',
@@ -446,7 +442,7 @@ class NomadReader:
                 "the node was purged or has not registered yet: check `nomad node status` "
                 "and the Nomad client agent's log (restarting the client registers it again)"
             )
-        call = _Call(
+        call = Call(
             path,
             "node:read",
             'grant the token node { policy = "read" }',
@@ -483,7 +479,7 @@ class NomadReader:
             resp = err.nomad_resp
             if isinstance(resp, requests.Response) and resp.text.strip() == "ACL token not found":
                 # The token went away mid-read: that says nothing about the namespace.
-                failure = self._http_error(_Call(path, "read-job", ""), 403, resp.text.strip())
+                failure = self._http_error(Call(path, "read-job", ""), 403, resp.text.strip())
                 return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
             return AllocLookupResult(
                 AllocLookup.FORBIDDEN,
@@ -492,7 +488,7 @@ class NomadReader:
         except nomad_errors.URLNotFoundNomadException:
             return AllocLookupResult(AllocLookup.GONE)
         except _CALL_ERRORS as err:
-            failure = self._failure(_Call(path, "read-job", ""), err)
+            failure = self._failure(Call(path, "read-job", ""), err)
             return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
 
     def read(self, task_alloc_ids: Collection[str] = ()) -> NomadView:
@@ -526,7 +522,7 @@ class NomadReader:
     def _allocations(self, node_id: str) -> tuple[Allocation, ...]:
         """Every allocation Nomad lists for the node, terminal ones included."""
         path = f"/v1/node/{node_id}/allocations"
-        call = _Call(
+        call = Call(
             path,
             "node:read",
             'grant the token node { policy = "read" } and namespace "*" '

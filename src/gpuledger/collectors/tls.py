@@ -70,6 +70,16 @@ class TlsNames:
         return f"--{self.flag}-{flag}" + (f" ({self.env}_{env})" if self.env else "")
 
 
+def parse_go_bool(name: str, text: str) -> bool:
+    """A boolean setting as the Go CLIs parse it (``strconv.ParseBool``); ``ConfigError``
+    names the variable when it is none."""
+    if text in {"1", "t", "T", "TRUE", "true", "True"}:
+        return True
+    if text in {"0", "f", "F", "FALSE", "false", "False"}:
+        return False
+    raise ConfigError(f"{name}={text!r} is not a boolean (use true or false)")
+
+
 def read_setting_file(path: Path, what: str) -> bytes:
     """The bytes of a file a setting names; ``ConfigError`` names the file and the setting."""
     try:

@@ -52,6 +52,16 @@ class ClusterNode:
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """A node controller to read: its base URL (``<url>/ledger`` is read), and what discovery
+    says of it (Nomad's service registrations name the node id; Consul names its node)."""
+
+    url: str
+    node_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSummary:
     """What the fleet keeps of one node's ledger once judged by the fleet's policy: the counts
     and the findings, not the ledger (ten thousand ledgers would not fit in memory)."""
