@@ -122,9 +122,15 @@ def _address(settings: ConsulSettings) -> _Address:
     return _Address(scheme, parts.hostname, port, parts.path.rstrip("/"))
 
 
+NODE_ID_META = "nomad_node_id"
+"""The service meta key that names the Nomad node an instance runs on (``${node.unique.id}``
+in the job's service block): it lets a controller that does not answer be known as its node's."""
+
+
 def _instance(entry: Mapping[str, Any], scheme: str) -> Target:
     """Where one health entry's service listens: ``Service.Address``, else ``Node.Address``
-    (Consul leaves the service's empty when it is the node's)."""
+    (Consul leaves the service's empty when it is the node's); and which Nomad node it runs
+    on, when its registration says so (``NODE_ID_META``)."""
     service, node = entry.get("Service") or {}, entry.get("Node") or {}
     address = service.get("Address") or node.get("Address")
     port = service.get("Port")
@@ -132,7 +138,12 @@ def _instance(entry: Mapping[str, Any], scheme: str) -> Target:
         raise ValueError(f"an instance without an address and port ({address!r}, {port!r})")
     host = f"[{address}]" if ":" in address else address
     name = node.get("Node")
-    return Target(f"{scheme}://{host}:{port}", name=name if isinstance(name, str) else None)
+    node_id = (service.get("Meta") or {}).get(NODE_ID_META)
+    return Target(
+        f"{scheme}://{host}:{port}",
+        node_id=node_id if isinstance(node_id, str) and node_id else None,
+        name=name if isinstance(name, str) else None,
+    )
 
 
 class ConsulCatalog:

@@ -14,10 +14,12 @@ is the fleet loop's to judge.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -30,6 +32,7 @@ NODE_TLS = TlsNames("node controller", "node")
 MAX_BODY = 32 * 1024 * 1024
 """A ledger of 64 GPUs with 64 tenants each is about 3 MiB: more is not a ledger."""
 MAX_REDIRECTS = 5
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,20 +117,32 @@ class LedgerReader:
             self._session = None
 
     async def read_all(
-        self, asks: Sequence[tuple[str, str | None]], deadline: float | None = None
-    ) -> list[LedgerAnswer]:
-        """Every ``(url, etag)`` read at once, at most ``concurrency`` at a time; what is not
-        answered within ``deadline`` seconds (the sweep's budget) is reported as such."""
+        self,
+        asks: Sequence[tuple[str, str | None]],
+        deadline: float | None,
+        convert: Callable[[LedgerAnswer], T],
+    ) -> list[T]:
+        """Every ``(url, etag)`` read at once, at most ``concurrency`` at a time, each answer
+        handed to ``convert`` as it arrives (so its body need not outlive it); what is not
+        answered within ``deadline`` seconds (the sweep's budget) is converted as such."""
         gate = asyncio.Semaphore(self.concurrency)
 
-        async def one(url: str, etag: str | None) -> LedgerAnswer:
+        async def one(url: str, etag: str | None) -> T:
             async with gate:
-                return await self.read(url, etag)
+                return convert(await self.read(url, etag))
 
         tasks = [asyncio.ensure_future(one(url, etag)) for url, etag in asks]
         if tasks:
             await asyncio.wait(tasks, timeout=deadline)
-        return list(_finished(asks, tasks, deadline))
+        done = []
+        for (url, _), task in zip(asks, tasks, strict=True):
+            if task.done():
+                done.append(task.result())
+            else:
+                task.cancel()
+                late = f"not read within the sweep's budget of {deadline or 0:g}s"
+                done.append(convert(LedgerAnswer(url, error=late)))
+        return done
 
     async def read(self, url: str, etag: str | None = None) -> LedgerAnswer:
         """One controller's ``/ledger``, cut off after ``timeout`` seconds."""
@@ -175,7 +190,8 @@ class LedgerReader:
         if isinstance(err, aiohttp.ClientResponseError):
             return f"answered something that is not HTTP ({err.message})"
         if isinstance(err, aiohttp.ClientConnectorError):
-            return f"is unreachable ({err.os_error.strerror or err.os_error})"
+            os_error = err.os_error
+            return f"is unreachable ({os.strerror(os_error.errno) if os_error.errno else os_error})"
         return f"is unreachable ({err or type(err).__name__})"
 
 
@@ -192,16 +208,3 @@ async def _body(response: aiohttp.ClientResponse) -> tuple[bytes, str | None]:
             return b"", f"answered more than {MAX_BODY} bytes, more than a ledger can be"
         chunks.append(chunk)
     return b"".join(chunks), None
-
-
-def _finished(
-    asks: Sequence[tuple[str, str | None]],
-    tasks: Iterable[asyncio.Future[LedgerAnswer]],
-    deadline: float | None,
-) -> Iterable[LedgerAnswer]:
-    for (url, _), task in zip(asks, tasks, strict=True):
-        if task.done():
-            yield task.result()
-        else:
-            task.cancel()
-            yield LedgerAnswer(url, error=f"not read within the sweep's {deadline:g}s")

@@ -122,7 +122,7 @@ def _serve(
     policy.write_text(SERVE_POLICY, encoding="utf-8")
     flags = [
         "--listen",
-        listen or (DEMO_LISTEN if _free(DEMO_LISTEN) else "127.0.0.1:0"),
+        listen or (DEMO_LISTEN if port_free(DEMO_LISTEN) else "127.0.0.1:0"),
         "--interval",
         DEMO_INTERVAL,
         "--policy",
@@ -143,10 +143,10 @@ def _serve(
         text=True,
     )
     assert child.stderr is not None  # noqa: S101 - stderr is a pipe
-    relay = threading.Thread(target=_relay, args=(child.stderr, out), daemon=True)
+    relay = threading.Thread(target=relay_log, args=(child.stderr, out), daemon=True)
     relay.start()
     try:
-        url = _first_url(child)
+        url = first_url(child)
         if url is None:
             out.write("gpuledger demo: gpuledger serve did not start (see its message above)\n")
             return 1
@@ -168,7 +168,7 @@ def _serve(
     return 0
 
 
-def _free(listen: str) -> bool:
+def port_free(listen: str) -> bool:
     """Whether ``HOST:PORT`` can be listened on now."""
     host, _, port = listen.rpartition(":")
     with socket.socket() as s:
@@ -190,9 +190,16 @@ def _show_once(world: World, out: TextIO) -> None:
 
 
 _RELAYED = {"finding.opened": "opened  ", "finding.resolved": "resolved"}
+_FAILURES = (
+    "source.read_failed",
+    "policy.reload_failed",
+    "reconcile.crashed",
+    "fleet.sweep_crashed",
+    "fleet.sweep_overran",
+)
 
 
-def _relay(log: TextIO, out: TextIO) -> None:
+def relay_log(log: TextIO, out: TextIO) -> None:
     """Show the serve log's finding transitions and failures; keep the rest of it quiet."""
     for line in log:
         try:
@@ -206,12 +213,12 @@ def _relay(log: TextIO, out: TextIO) -> None:
             out.write(
                 f"  {_RELAYED[name]} {event.get('level', ''):<5} {event.get('code', '')}: {what}\n"
             )
-        elif name in ("source.read_failed", "policy.reload_failed", "reconcile.crashed"):
+        elif name in _FAILURES:
             out.write(f"  {name}: {event.get('error') or event.get('message') or ''}\n")
         out.flush()
 
 
-def _first_url(child: subprocess.Popen[str]) -> str | None:
+def first_url(child: subprocess.Popen[str]) -> str | None:
     """The first URL ``gpuledger serve`` says it listens on; None when it exits first."""
     assert child.stdout is not None  # noqa: S101 - stdout is a pipe
     for line in child.stdout:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
 import structlog
 
 
-def configure_logging(stream: TextIO) -> None:
-    """structlog events as JSON lines, or for people when ``stream`` is a terminal."""
+def configure_logging(stream: TextIO, level: int = logging.DEBUG) -> None:
+    """structlog events from ``level`` up, as JSON lines, or for people when ``stream`` is a
+    terminal."""
     renderer: Any = (
         structlog.dev.ConsoleRenderer() if stream.isatty() else structlog.processors.JSONRenderer()
     )
@@ -21,6 +23,7 @@ def configure_logging(stream: TextIO) -> None:
             renderer,
         ],
         logger_factory=structlog.PrintLoggerFactory(stream),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
         cache_logger_on_first_use=True,
     )
 

@@ -186,6 +186,20 @@ def fleet_doc(fleet: Fleet) -> dict[str, object]:
             "nodes": {status.value: n for status, n in fleet.node_totals().items()},
             "gpus": _by_state(fleet.gpu_totals()),
         },
-        # A finding about Consul or Nomad themselves is about no node.
-        "findings": [{**finding_doc(f), "node": f.node or None} for f in fleet.findings],
+        "findings": _fleet_findings(fleet),
+    }
+
+
+def _fleet_findings(fleet: Fleet) -> list[dict[str, object]]:
+    # A finding about Consul or Nomad themselves is about no node.
+    return [{**finding_doc(f), "node": f.node or None} for f in fleet.findings]
+
+
+def fleet_findings_doc(fleet: Fleet) -> dict[str, object]:
+    """The findings document of ``fleet check --json`` and the fleet's ``/findings``."""
+    return {
+        "schema": SCHEMA,
+        "at": iso_time(fleet.at),
+        "worst": fleet.worst.name,
+        "findings": _fleet_findings(fleet),
     }

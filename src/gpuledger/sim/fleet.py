@@ -26,6 +26,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -183,6 +184,16 @@ def _findings(node: SimNode, at: float) -> list[dict[str, Any]]:
             code, level = kind
             message = f"{t['process']} (pid {t['pid']}) runs on GPU {gpu.index}"
             subject = {"pid": t["pid"], "process": t["process"]}
+            if t["container"]:  # the subject a node gives a tenant in a Nomad task's container
+                alloc = t["alloc"]
+                subject.update(
+                    container=t["container"]["id"],
+                    containerName=t["container"]["name"],
+                    alloc=alloc["id"],
+                    namespace=alloc["namespace"],
+                    job=alloc["job"],
+                    task=alloc["task"],
+                )
             found.append(_finding(node, gpu, code, level, message, subject, gpu.since))
         elif gpu.state == "reserved-idle" and at - gpu.since > 6 * 3600 and gpu.job:
             namespace, job, task = gpu.job
@@ -306,7 +317,8 @@ class FleetSim:
         self.own_addresses, self.tls, self.clock = own_addresses, tls, clock
         self.started = clock()
         self.port = 0
-        self.requests = 0
+        self.answered: Counter[int] = Counter()
+        """How many answers of each status the controllers gave (304: unchanged ledgers)."""
         self._rendered: dict[str, _Rendered] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -390,7 +402,10 @@ class FleetSim:
         app = web.Application(handler_args={"access_log": None})
         app.router.add_get("/node/{name}/{doc}", self._by_path)
         app.router.add_get("/{doc}", self._by_local_address)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # A hanging node's handler sleeps: stopping cancels it instead of waiting a minute.
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=0.5
+        )
         await self._runner.setup()
         self.port = _free_port()
         hosts = [n.address for n in self.nodes.values() if n.controller and n.fault != "dead"]
@@ -404,6 +419,7 @@ class FleetSim:
             return
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop).result(30)
+        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(30)
@@ -432,7 +448,11 @@ class FleetSim:
         return await self._answer(node, request)
 
     async def _answer(self, node: SimNode, request: web.Request) -> web.StreamResponse:
-        self.requests += 1
+        response = await self._respond(node, request)
+        self.answered[response.status] += 1
+        return response
+
+    async def _respond(self, node: SimNode, request: web.Request) -> web.StreamResponse:
         if request.match_info["doc"] != "ledger":
             return web.Response(status=404, text="not found: try /ledger\n")
         tick = self.tick_of(node)
@@ -476,7 +496,7 @@ class FleetSim:
             return web.Response(body=body[: len(body) // 2], content_type="application/json",
                                 headers=headers)  # fmt: skip
         if fault == "redirect-loop":
-            raise web.HTTPFound(location=str(request.rel_url))
+            return web.Response(status=302, headers={"Location": str(request.rel_url)})
         return None
 
     # ---------------------------------------------------------------- Consul's and Nomad's view
@@ -498,6 +518,14 @@ class FleetSim:
                 if n.controller]  # fmt: skip
 
 
+async def _cancel_the_rest() -> None:
+    """Cancel what still runs (a hanging node's handler) so that the loop closes clean."""
+    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -516,7 +544,8 @@ def _consul_entry(node: SimNode, service: str, port: int, n: int) -> dict[str, A
         "Service": {"ID": f"{service}-{node.name}", "Service": service, "Tags": ["gpuledger"],
                     "Address": service_address,
                     "TaggedAddresses": {"lan": {"address": node.address, "port": port}},
-                    "Meta": {"version": SIM_VERSION}, "Port": port,
+                    "Meta": {"version": SIM_VERSION, "nomad_node_id": node.node_id},
+                    "Port": port,
                     "Weights": {"Passing": 1, "Warning": 1}, "Namespace": "default"},
         "Checks": [
             {"Node": node.name, "CheckID": f"service:{service}-{node.name}",

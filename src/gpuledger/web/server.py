@@ -13,7 +13,7 @@ from waitress.server import BaseWSGIServer, create_server
 from waitress.task import ErrorTask
 
 from gpuledger.errors import ConfigError
-from gpuledger.web.app import SECURITY_HEADERS, App
+from gpuledger.web.app import SECURITY_HEADERS, WsgiApp
 
 MAX_HEADER_BYTES = 262_144
 """waitress's default: a request whose header is larger gets 431 and the connection closes."""
@@ -33,7 +33,7 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
     error_task_class = _ErrorTask
 
 
-def bind(app: App, listen: str) -> Any:
+def bind(app: WsgiApp[Any], listen: str) -> Any:
     """A waitress server listening on ``HOST:PORT`` (empty host: every address)."""
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
