@@ -10,6 +10,7 @@ follow from that list (``MIXED_FAULTS``), not from the code's output.
 from __future__ import annotations
 
 import io
+import os
 import json
 import re
 from collections.abc import Iterator
@@ -25,8 +26,8 @@ from gpuledger.sim.fleet import FleetSim, SimNode, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
 
 GOLDEN = Path(__file__).parent / "golden"
-NOMAD_TOKEN = "6c1f1e9e-4b1a-4c55-9d7e-0a2b3c4d5e6f"
-CONSUL_TOKEN = "1d2c3b4a-0000-4e5f-8a9b-c0d1e2f3a4b5"
+NOMAD_TOKEN = "6c1f1e9e-4b1a-4c55-9d7e-0a2b3c4d5e6f"  # noqa: S105 - a test token
+CONSUL_TOKEN = "1d2c3b4a-0000-4e5f-8a9b-c0d1e2f3a4b5"  # noqa: S105 - a test token
 HEALTHY = {"gpu-00000", "gpu-00001", "gpu-00002", "gpu-00003"}
 
 
@@ -68,7 +69,7 @@ def fleet(capsys: pytest.CaptureFixture[str], *argv: str, secrets: tuple[str, ..
 
 @pytest.fixture(autouse=True)
 def _no_cluster_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [n for n in __import__("os").environ if n.startswith(("NOMAD_", "CONSUL_"))]:
+    for name in [n for n in os.environ if n.startswith(("NOMAD_", "CONSUL_"))]:
         monkeypatch.delenv(name)
 
 
@@ -116,7 +117,6 @@ def nomad_flags(nomad: FakeNomad) -> list[str]:
 
 @pytest.fixture(scope="module")
 def targets_run(prefixed: FleetSim, nomad: FakeNomad) -> Run:
-    import os  # noqa: PLC0415
 
     os.environ["NOMAD_TOKEN"] = NOMAD_TOKEN
     try:
@@ -140,7 +140,7 @@ def test_targets_read_every_healthy_node_and_count_its_gpus(
         sim = prefixed.nodes[name]
         assert (node["status"], node["nomadStatus"], node["schema"]) == ("ok", "ready", 1)
         assert node["url"] == prefixed.url(name)
-        expected = {s: 0 for s in ("held", "reserved-idle", "unaccounted", "free", "unknown")}
+        expected = dict.fromkeys(("held", "reserved-idle", "unaccounted", "free", "unknown"), 0)
         for gpu in sim.gpus:
             expected[gpu.state] += 1
         assert node["gpus"] == expected
@@ -371,7 +371,6 @@ def _normalized(doc: dict[str, Any]) -> str:
 def test_the_fleet_document_is_pinned_by_its_golden_file(targets_run: Run) -> None:
     """Any change to the fleet document fails here until tests/golden/fleet.json is made again
     on purpose (GPULEDGER_REGEN_GOLDEN=1) and its diff reviewed."""
-    import os  # noqa: PLC0415
 
     got = _normalized(targets_run.doc)
     golden = GOLDEN / "fleet.json"
@@ -438,6 +437,15 @@ def test_help_shows_every_discovery_way(capsys: pytest.CaptureFixture[str]) -> N
         main(["fleet", "ls", "--help"])
     assert done.value.code == 0
     shown = capsys.readouterr().out
-    for flag in ("--targets", "--targets-file", "--consul", "--nomad-service", "--shard",
-                 "--consul-tls-server-name", "--node-ca-cert", "--concurrency", "--stale-after"):
+    for flag in (
+        "--targets",
+        "--targets-file",
+        "--consul",
+        "--nomad-service",
+        "--shard",
+        "--consul-tls-server-name",
+        "--node-ca-cert",
+        "--concurrency",
+        "--stale-after",
+    ):
         assert flag in shown  # fmt: skip
