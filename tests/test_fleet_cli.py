@@ -10,8 +10,8 @@ follow from that list (``MIXED_FAULTS``), not from the code's output.
 from __future__ import annotations
 
 import io
-import os
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
