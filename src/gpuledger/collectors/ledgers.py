@@ -96,6 +96,7 @@ class LedgerReader:
         """Prepare the TLS context; ``ConfigError`` if a file the settings name is unusable."""
         self.tls, self.concurrency, self.timeout = tls, concurrency, timeout
         self._context: ssl.SSLContext = client_context(tls, NODE_TLS)
+        self._deadline = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> LedgerReader:
@@ -147,7 +148,7 @@ class LedgerReader:
     async def read(self, url: str, etag: str | None = None) -> LedgerAnswer:
         """One controller's ``/ledger``, cut off after ``timeout`` seconds."""
         try:
-            return await asyncio.wait_for(self._get(url, etag), self.timeout)
+            return await self._get(url, etag)
         except asyncio.TimeoutError:
             return LedgerAnswer(url, error=f"timed out after {self.timeout:g}s")
         except aiohttp.TooManyRedirects:
@@ -165,6 +166,9 @@ class LedgerReader:
             headers=headers,
             max_redirects=MAX_REDIRECTS,
             server_hostname=self.tls.server_name,
+            # One deadline for everything, the body included: a node that sends a byte a
+            # second is cut off as one that sends nothing.
+            timeout=self._deadline,
         ) as response:
             body, error = await _body(response)
             return LedgerAnswer(

@@ -145,7 +145,9 @@ class FleetController:
     async def sweep(self, reader: LedgerReader) -> FleetSnapshot:
         """Discover, read Nomad and every controller, reconcile, publish."""
         started, at = self.clock.monotonic(), self.clock.now()
-        discovery, desired = await asyncio.gather(self._discover(), self._desired())
+        # Nomad's nodes are needed only to reconcile: read them while the ledgers are read.
+        nodes = asyncio.ensure_future(self._desired())
+        discovery = await self._discover()
         targets = [t for t in self._targets or () if self._ours(t)]
         deadline = None
         if self.interval is not None:
@@ -155,6 +157,7 @@ class FleetController:
         by_url = {t.url: t for t in targets}
         asks = [(t.url, self._etag(t.url, at)) for t in targets]
         reads = await reader.read_all(asks, deadline, lambda a: self._read(a, by_url[a.url], at))
+        desired = await nodes
         self._forget(set(by_url))
         fleet = reconcile_fleet(at, self.policy, desired, discovery, reads, self.config.shard)
         if self._opened is not None:

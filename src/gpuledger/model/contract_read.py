@@ -10,6 +10,7 @@ schema), and so are a source or a reason this version does not know.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -61,71 +62,52 @@ def _fail(where: str, what: str, value: object) -> ContractError:
     return ContractError(f"{where}: {what}, not {shown}")
 
 
+@dataclass(frozen=True)
+class _Kind:
+    """What a value may be: its exact types (``type(True)`` is ``bool``, never ``int``)."""
+
+    types: frozenset[type]
+    expected: str
+
+
+_NONE = type(None)
+_OBJ = _Kind(frozenset({dict}), "expected an object")
+_LIST = _Kind(frozenset({list}), "expected a list")
+_STR = _Kind(frozenset({str}), "expected a string")
+_OPT_STR = _Kind(frozenset({str, _NONE}), "expected a string or null")
+_INT = _Kind(frozenset({int}), "expected an integer")
+_OPT_INT = _Kind(frozenset({int, _NONE}), "expected an integer or null")
+_OPT_NUM = _Kind(frozenset({int, float, _NONE}), "expected a number or null")
+_BOOL = _Kind(frozenset({bool}), "expected true or false")
+_OPT_BOOL = _Kind(frozenset({bool, _NONE}), "expected true, false or null")
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: _Kind, where: str) -> Any:
+    """``obj[key]`` when it is of ``kind`` (a missing key is null); else ``ContractError``
+    naming ``where.key``. The path is written only on failure: ten thousand ledgers a sweep."""
+    value = obj.get(key)
+    if type(value) not in kind.types:
+        raise _fail(f"{where}.{key}", kind.expected, value)
+    return value
+
+
 def _obj(value: object, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(where, "expected an object", value)
+    if type(value) is not dict:
+        raise _fail(where, _OBJ.expected, value)
     return value
-
-
-def _list(value: object, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise _fail(where, "expected a list", value)
-    return value
-
-
-def _str(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise _fail(where, "expected a string", value)
-    return value
-
-
-def _opt_str(value: object, where: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise _fail(where, "expected a string or null", value)
-
-
-def _int(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(where, "expected an integer", value)
-    return value
-
-
-def _opt_int(value: object, where: str) -> int | None:
-    return None if value is None else _int(value, where)
-
-
-def _opt_num(value: object, where: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(where, "expected a number or null", value)
-    return float(value)
-
-
-def _bool(value: object, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(where, "expected true or false", value)
-    return value
-
-
-def _opt_bool(value: object, where: str) -> bool | None:
-    return None if value is None else _bool(value, where)
 
 
 def parse_time(value: object, where: str) -> datetime:
     """An instant as the contract writes it (ISO 8601, ``Z`` for UTC), aware."""
-    text = _str(value, where)
+    if type(value) is not str:
+        raise _fail(where, _STR.expected, value)
+    text = value
     try:
         # Python 3.10's fromisoformat does not take the Z the contract writes.
         at = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except ValueError:
         raise _fail(where, "expected an ISO 8601 time", value) from None
     return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
-
-
-def _opt_time(value: object, where: str) -> datetime | None:
-    return None if value is None else parse_time(value, where)
 
 
 def schema_of(doc: object) -> object:
@@ -137,17 +119,17 @@ def parse_node(doc: object, where: str = "node") -> NodeInfo:
     """The node block every document carries."""
     node = _obj(doc, where)
     return NodeInfo(
-        name=_str(node.get("name"), f"{where}.name"),
-        nomad_node_id=_opt_str(node.get("nomadNodeId"), f"{where}.nomadNodeId"),
-        version=_str(node.get("version"), f"{where}.version"),
+        name=_field(node, "name", _STR, where),
+        nomad_node_id=_field(node, "nomadNodeId", _OPT_STR, where),
+        version=_field(node, "version", _STR, where),
     )
 
 
 def _source(doc: object, where: str) -> SourceStatus:
     s = _obj(doc, where)
-    enabled = _bool(s.get("enabled", True), f"{where}.enabled")
-    ok = _bool(s.get("ok"), f"{where}.ok")
-    error = _opt_str(s.get("error"), f"{where}.error")
+    enabled = "enabled" not in s or _field(s, "enabled", _BOOL, where)
+    ok = _field(s, "ok", _BOOL, where)
+    error = _field(s, "error", _OPT_STR, where)
     if not enabled:
         return SourceStatus.off()
     return SourceStatus.up() if ok else SourceStatus.failed(error or "unreadable")
@@ -158,11 +140,11 @@ def _alloc(doc: object, where: str, id_key: str) -> AllocRef | None:
         return None
     a = _obj(doc, where)
     return AllocRef(
-        id=_str(a.get(id_key), f"{where}.{id_key}"),
-        namespace=_opt_str(a.get("namespace"), f"{where}.namespace"),
-        job=_opt_str(a.get("job"), f"{where}.job"),
-        group=_opt_str(a.get("group"), f"{where}.group"),
-        task=_opt_str(a.get("task"), f"{where}.task"),
+        id=_field(a, id_key, _STR, where),
+        namespace=_field(a, "namespace", _OPT_STR, where),
+        job=_field(a, "job", _OPT_STR, where),
+        group=_field(a, "group", _OPT_STR, where),
+        task=_field(a, "task", _OPT_STR, where),
     )
 
 
@@ -174,9 +156,7 @@ def _container(doc: object, where: str) -> Container | None:
     if runtime not in _RUNTIMES:
         raise _fail(f"{where}.runtime", "expected docker or podman", runtime)
     return Container(
-        id=_str(c.get("id"), f"{where}.id"),
-        name=_str(c.get("name"), f"{where}.name"),
-        runtime=runtime,
+        id=_field(c, "id", _STR, where), name=_field(c, "name", _STR, where), runtime=runtime
     )
 
 
@@ -185,20 +165,21 @@ def _tenant(doc: object, where: str) -> Tenant:
     verdict = _VERDICTS.get(t.get("verdict"))  # type: ignore[arg-type]
     if verdict is None:
         raise _fail(f"{where}.verdict", f"expected one of {', '.join(_VERDICTS)}", t.get("verdict"))
-    reason = _opt_str(t.get("reason"), f"{where}.reason")
+    reason = _field(t, "reason", _OPT_STR, where)
+    container, alloc = t.get("container"), t.get("alloc")
     facts = TenantFacts(
-        process=_opt_str(t.get("process"), f"{where}.process"),
-        command=_opt_str(t.get("command"), f"{where}.command"),
-        container=_container(t.get("container"), f"{where}.container"),
-        alloc=_alloc(t.get("alloc"), f"{where}.alloc", "id"),
-        alloc_from_name=_bool(t.get("allocFromName"), f"{where}.allocFromName"),
-        alloc_visible=_bool(t.get("allocVisible"), f"{where}.allocVisible"),
+        process=_field(t, "process", _OPT_STR, where),
+        command=_field(t, "command", _OPT_STR, where),
+        container=None if container is None else _container(container, f"{where}.container"),
+        alloc=None if alloc is None else _alloc(alloc, f"{where}.alloc", "id"),
+        alloc_from_name=_field(t, "allocFromName", _BOOL, where),
+        alloc_visible=_field(t, "allocVisible", _BOOL, where),
         verdict=verdict,
         reason=_REASONS.get(reason) if reason is not None else None,
     )
     return Tenant(
-        pid=_int(t.get("pid"), f"{where}.pid"),
-        used_memory_mib=_opt_int(t.get("usedMemoryMiB"), f"{where}.usedMemoryMiB"),
+        pid=_field(t, "pid", _INT, where),
+        used_memory_mib=_field(t, "usedMemoryMiB", _OPT_INT, where),
         facts=facts,
     )
 
@@ -208,26 +189,30 @@ def _gpu(doc: object, where: str) -> LedgerGpu:
     state = _STATES.get(g.get("state"))  # type: ignore[arg-type]
     if state is None:
         raise _fail(f"{where}.state", f"expected one of {', '.join(_STATES)}", g.get("state"))
+    util = _field(g, "utilizationPercent", _OPT_NUM, where)
     gpu = Gpu(
-        index=_int(g.get("index"), f"{where}.index"),
-        uuid=_str(g.get("uuid"), f"{where}.uuid"),
-        name=_str(g.get("name"), f"{where}.name"),
-        utilization_percent=_opt_num(g.get("utilizationPercent"), f"{where}.utilizationPercent"),
-        memory_used_mib=_opt_int(g.get("memoryUsedMiB"), f"{where}.memoryUsedMiB"),
-        memory_total_mib=_opt_int(g.get("memoryTotalMiB"), f"{where}.memoryTotalMiB"),
-        temperature_c=_opt_int(g.get("temperatureC"), f"{where}.temperatureC"),
-        thermal_margin_c=_opt_int(g.get("thermalMarginC"), f"{where}.thermalMarginC"),
-        thermal_slowdown=_opt_bool(g.get("thermalSlowdown"), f"{where}.thermalSlowdown"),
-        encoder_sessions=_opt_int(g.get("encoderSessions"), f"{where}.encoderSessions"),
+        index=_field(g, "index", _INT, where),
+        uuid=_field(g, "uuid", _STR, where),
+        name=_field(g, "name", _STR, where),
+        utilization_percent=None if util is None else float(util),
+        memory_used_mib=_field(g, "memoryUsedMiB", _OPT_INT, where),
+        memory_total_mib=_field(g, "memoryTotalMiB", _OPT_INT, where),
+        temperature_c=_field(g, "temperatureC", _OPT_INT, where),
+        thermal_margin_c=_field(g, "thermalMarginC", _OPT_INT, where),
+        thermal_slowdown=_field(g, "thermalSlowdown", _OPT_BOOL, where),
+        encoder_sessions=_field(g, "encoderSessions", _OPT_INT, where),
     )
-    tenants = _list(g.get("tenants"), f"{where}.tenants")
+    tenants = _field(g, "tenants", _LIST, where)
+    reservation, since = g.get("reservation"), g.get("stateSince")
     return LedgerGpu(
         gpu=gpu,
         state=state,
-        reservation=_alloc(g.get("reservation"), f"{where}.reservation", "allocId"),
+        reservation=None
+        if reservation is None
+        else _alloc(reservation, f"{where}.reservation", "allocId"),
         tenants=tuple(_tenant(t, f"{where}.tenants[{i}]") for i, t in enumerate(tenants)),
-        state_since=_opt_time(g.get("stateSince"), f"{where}.stateSince"),
-        encoder_cap=_opt_int(g.get("encoderSessionCap"), f"{where}.encoderSessionCap"),
+        state_since=None if since is None else parse_time(since, f"{where}.stateSince"),
+        encoder_cap=_field(g, "encoderSessionCap", _OPT_INT, where),
     )
 
 
@@ -238,17 +223,18 @@ def parse_finding(doc: object, where: str) -> Finding | None:
     level = _LEVELS.get(f.get("level"))  # type: ignore[arg-type]
     if level is None:
         raise _fail(f"{where}.level", "expected OK, WARN, BAD or ERROR", f.get("level"))
-    subject = _obj(f.get("subject"), f"{where}.subject")
+    subject = _field(f, "subject", _OBJ, where)
     if code is None:
         return None
+    since = f.get("since")
     return Finding(
         code=code,
         level=level,
-        gpu=_opt_str(f.get("gpu"), f"{where}.gpu"),
-        node=_str(f.get("node"), f"{where}.node"),
-        message=_str(f.get("message"), f"{where}.message"),
+        gpu=_field(f, "gpu", _OPT_STR, where),
+        node=_field(f, "node", _STR, where),
+        message=_field(f, "message", _STR, where),
         subject=dict(subject),
-        since=_opt_time(f.get("since"), f"{where}.since"),
+        since=None if since is None else parse_time(since, f"{where}.since"),
     )
 
 
@@ -261,8 +247,8 @@ def parse_ledger(doc: object) -> Ledger:
             raise SchemaMismatchError(schema)
         raise _fail("schema", f"expected {SCHEMA}", schema)
     sources = _obj(top.get("sources"), "sources")
-    gpus = _list(top.get("gpus"), "gpus")
-    findings = _list(top.get("findings"), "findings")
+    gpus = _field(top, "gpus", _LIST, "document")
+    findings = _field(top, "findings", _LIST, "document")
     parsed = (parse_finding(f, f"findings[{i}]") for i, f in enumerate(findings))
     return Ledger(
         node=parse_node(top.get("node")),
