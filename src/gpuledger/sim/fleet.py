@@ -319,6 +319,9 @@ class FleetSim:
         self.answered: Counter[int] = Counter()
         """How many answers of each status the controllers gave (304: unchanged ledgers)."""
         self._rendered: dict[str, _Rendered] = {}
+        self.nomad_limit: int | None = None
+        """Nomad knows only the first this many nodes (a smaller cluster); ``None``: all."""
+        self._nomad_json: tuple[object, bytes] = (None, b"")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -508,7 +511,14 @@ class FleetSim:
 
     def nomad_nodes(self, resources: bool) -> list[dict[str, Any]]:
         """``/v1/nodes`` stubs of every node (with ``NodeResources`` when asked)."""
-        return [_nomad_stub(n, resources) for n in self.nodes.values()]
+        return [_nomad_stub(n, resources) for n in self.nodes.values()][: self.nomad_limit]
+
+    def nomad_nodes_json(self, resources: bool) -> bytes:
+        """The same, encoded once per view: what Nomad knows of a node does not drift here."""
+        key = (resources, self.nomad_limit, tuple(n.nomad_status for n in self.nodes.values()))
+        if self._nomad_json[0] != key:
+            self._nomad_json = (key, json.dumps(self.nomad_nodes(resources)).encode())
+        return self._nomad_json[1]
 
     def nomad_services(self, service: str = "gpuledger") -> list[dict[str, Any]]:
         """``/v1/service/<service>`` registrations of the nodes whose controller answers or
