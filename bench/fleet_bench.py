@@ -83,10 +83,11 @@ def _rss_mib() -> tuple[float, float]:
     )
 
 
-async def _sweep(controller: Any, reader: Any) -> float:
-    began = time.perf_counter()
+async def _sweep(controller: Any, reader: Any) -> tuple[float, float]:
+    """Wall and CPU seconds of one sweep (the CPU of the fleet process, its threads included)."""
+    began, cpu = time.perf_counter(), time.process_time()
     snap = await controller.sweep(reader)
-    took = time.perf_counter() - began
+    took = time.perf_counter() - began, time.process_time() - cpu
     assert snap.fleet.nodes
     return took
 
@@ -173,10 +174,13 @@ def table(f: dict[str, Any]) -> str:
         ("full sweep, 10,000 nodes, unchanged (304s)", f["10,000 unchanged"], "≤ 3 s"),
     ]
     limits = {"≤ 1 s": 1.0, "≤ 10 s": 10.0, "≤ 3 s": 3.0}
-    lines = ["| figure | gpuledger fleet | target | result |", "| --- | --- | --- | --- |"]
-    for what, seconds, target in rows:
+    lines = [
+        "| figure | gpuledger fleet: wall (its own CPU) | target | result |",
+        "| --- | --- | --- | --- |",
+    ]
+    for what, (seconds, cpu), target in rows:
         met = "met" if seconds <= limits[target] else "NOT met"
-        lines.append(f"| {what} | {seconds:.2f} s | {target} | {met} |")
+        lines.append(f"| {what} | {seconds:.2f} s ({cpu:.2f} s CPU) | {target} | {met} |")
     rss_met = "met" if f["hwm_mib"] <= 250 else "NOT met"
     lines.append(
         f"| fleet process RSS at 10,000 nodes (now / peak) | {f['rss_mib']:.1f} / "
@@ -184,9 +188,9 @@ def table(f: dict[str, Any]) -> str:
     )
     lines.append(
         f"| naive: 10,000 ledgers one after another, one keep-alive connection | fetch only "
-        f"{f['naive fetch']:.2f} s; fetch, parse and judge {naive_s:.2f} s | — | the sweep of "
-        f"changed ledgers is {naive_s / f['10,000 changed']:.1f}x faster; of unchanged "
-        f"{naive_s / f['10,000 unchanged']:.1f}x |"
+        f"{f['naive fetch']:.2f} s; fetch, parse and judge {naive_s:.2f} s | — | naive / sweep: "
+        f"{naive_s / f['10,000 changed'][0]:.2f} (changed), "
+        f"{naive_s / f['10,000 unchanged'][0]:.2f} (unchanged) |"
     )
     lines.append("")
     lines.append(f"answers seen by the simulated fleet: changed sweep {f['statuses changed']}, "

@@ -188,6 +188,16 @@ class LedgerReader:
         if failed is not None:
             return f"{failed[0]} ({failed[1]})"
         if isinstance(err, aiohttp.ServerDisconnectedError):
+            if url.startswith("https://"):
+                # Under TLS 1.3 a refused client certificate is told after the handshake: the
+                # client sees the connection close.
+                cert = self.tls.client_cert
+                given = f"the client certificate {cert}" if cert else "no client certificate"
+                return (
+                    f"closed the TLS connection without an answer ({given} was sent; it may "
+                    "require a client certificate it trusts: --node-client-cert, "
+                    "--node-client-key)"
+                )
             return "closed the connection without an answer"
         if isinstance(err, aiohttp.ClientPayloadError):
             return f"sent a truncated answer ({err})"

@@ -106,7 +106,7 @@ def sweep_once(config: FleetConfig, policy: Policy) -> Fleet:
             return (await FleetController(config, policy).sweep(reader)).fleet
 
     # Only what goes wrong is logged (stderr): the output is the fleet.
-    configure_logging(sys.stderr, logging.WARNING)
+    configure_logging(sys.stderr, logging.WARNING, once=True)
     return asyncio.run(once())
 
 

@@ -9,9 +9,10 @@ from typing import Any, TextIO
 import structlog
 
 
-def configure_logging(stream: TextIO, level: int = logging.DEBUG) -> None:
+def configure_logging(stream: TextIO, level: int = logging.DEBUG, *, once: bool = False) -> None:
     """structlog events from ``level`` up, as JSON lines, or for people when ``stream`` is a
-    terminal."""
+    terminal. ``once``: for a one-shot command, whose stream may not outlive it (a caller may
+    run several in one process), loggers are not cached."""
     renderer: Any = (
         structlog.dev.ConsoleRenderer() if stream.isatty() else structlog.processors.JSONRenderer()
     )
@@ -24,7 +25,7 @@ def configure_logging(stream: TextIO, level: int = logging.DEBUG) -> None:
         ],
         logger_factory=structlog.PrintLoggerFactory(stream),
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=not once,
     )
 
 
