@@ -11,10 +11,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,3 +298,46 @@ def test_promtool_finds_nothing_to_lint_on_a_busy_fleet(
     run = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
                          text=True, timeout=60, check=False)  # fmt: skip
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+
+
+class _Lines(io.StringIO):
+    """What the demo prints, readable while it runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            return super().write(text)
+
+    def text(self) -> str:
+        with self.lock:
+            return self.getvalue()
+
+
+def test_demo_fleet_serves_a_simulated_cluster_and_prints_its_url() -> None:
+    from gpuledger.commands.demo_fleet import run_fleet_demo  # noqa: PLC0415
+
+    out, stop = _Lines(), threading.Event()
+    demo = threading.Thread(
+        target=run_fleet_demo,
+        args=(out,),
+        kwargs={"stop": stop, "listen": "127.0.0.1:0", "drift_every": 1.0},
+    )
+    demo.start()
+    try:
+        deadline = time.monotonic() + 60
+        while "fleet " not in out.text() and time.monotonic() < deadline and demo.is_alive():
+            time.sleep(0.1)
+        found = re.search(r"(http://127\.0\.0\.1:\d+/)fleet ", out.text())
+        assert found, out.text()
+        doc = _eventually(found[1] + "fleet").json()
+        statuses = {n["status"] for n in doc["nodes"]}
+        assert statuses == {"ok", "stale", "unreachable", "missing", "down", "schema-mismatch"}
+        assert any(f["code"] == "controller-missing" for f in doc["findings"])
+    finally:
+        stop.set()
+        demo.join(60)
+    assert not demo.is_alive()
+    assert "nodes drifted" in out.text()

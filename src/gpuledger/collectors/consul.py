@@ -32,6 +32,7 @@ from gpuledger.collectors.tls import (
     client_context,
     parse_go_bool,
     read_setting_file,
+    read_token_file,
     tls_failure,
 )
 from gpuledger.errors import ConfigError, SourceError
@@ -187,14 +188,8 @@ class ConsulCatalog:
         settings = self._settings
         token = settings.token
         if settings.token_file is not None:
-            try:
-                token = settings.token_file.read_text().strip() or token
-            except OSError as err:
-                raise SourceError(
-                    SOURCE,
-                    f"cannot read the token file {settings.token_file}: {err.strerror or err}",
-                    "check that the file exists and is readable",
-                ) from err
+            hint = "check that the file exists and is readable"
+            token = read_token_file(settings.token_file, SOURCE, hint) or token
         # Set after construction: py-consul would let CONSUL_HTTP_TOKEN override it.
         self._token = self._client.token = token
 

@@ -32,6 +32,7 @@ from gpuledger.collectors.tls import (
     client_context,
     parse_go_bool,
     read_setting_file,
+    read_token_file,
     tls_failure,
 )
 from gpuledger.errors import ConfigError, SourceError
@@ -307,15 +308,11 @@ class NomadReader:
         settings = self._settings
         token = settings.token
         if settings.token_file is not None:
-            # A workload identity's file is rotated by Nomad: read it at every read().
-            try:
-                token = settings.token_file.read_text().strip() or None
-            except OSError as err:
-                raise SourceError(
-                    SOURCE,
-                    f"cannot read the token file {settings.token_file}: {err.strerror or err}",
-                    "check that the file exists and is readable (Nomad rewrites it on rotation)",
-                ) from err
+            token = read_token_file(
+                settings.token_file,
+                SOURCE,
+                "check that the file exists and is readable (Nomad rewrites it on rotation)",
+            )
         self._token = token
         if token:
             self._session.headers["X-Nomad-Token"] = token

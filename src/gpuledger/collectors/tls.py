@@ -26,7 +26,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.ssl_match_hostname import CertificateError
 
-from gpuledger.errors import ConfigError
+from gpuledger.errors import ConfigError, SourceError
 
 # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
 NAME_MISMATCH_CODES = frozenset({62, 64})
@@ -78,6 +78,17 @@ def parse_go_bool(name: str, text: str) -> bool:
     if text in {"0", "f", "F", "FALSE", "false", "False"}:
         return False
     raise ConfigError(f"{name}={text!r} is not a boolean (use true or false)")
+
+
+def read_token_file(path: Path, source: str, hint: str) -> str | None:
+    """The token in ``path`` (``None`` when the file is empty), read at every use: a workload
+    identity's file is rotated under us. ``SourceError`` when it cannot be read."""
+    try:
+        return path.read_text().strip() or None
+    except OSError as err:
+        raise SourceError(
+            source, f"cannot read the token file {path}: {err.strerror or err}", hint
+        ) from err
 
 
 def read_setting_file(path: Path, what: str) -> bytes:

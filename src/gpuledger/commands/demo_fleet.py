@@ -9,13 +9,10 @@ a real cluster, and its URL is printed; every ``DRIFT_EVERY_S`` some nodes chang
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import threading
 from typing import TextIO
 
-from gpuledger.commands.demo import first_url, port_free, relay_log
+from gpuledger.commands.demo import port_free, run_watched
 from gpuledger.sim.consul_api import FakeConsul
 from gpuledger.sim.fleet import FleetSim, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
@@ -64,31 +61,14 @@ def _watch(
     sim: FleetSim, flags: list[str], out: TextIO, stop: threading.Event, drift_every: float
 ) -> int:
     # The very command a user runs beside a real cluster; its log is relayed for failures.
-    child = subprocess.Popen(
-        [sys.executable, "-m", "gpuledger", "fleet", "serve", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return run_watched(
+        ["fleet", "serve", *flags],
+        out,
+        stop,
+        drift_every,
+        lambda: f"{sim.drift(0.3)} nodes drifted",
+        lambda url: _introduce(out, url, sim, drift_every),
     )
-    assert child.stderr is not None  # noqa: S101 - stderr is a pipe
-    threading.Thread(target=relay_log, args=(child.stderr, out), daemon=True).start()
-    try:
-        url = first_url(child)
-        if url is None:
-            out.write("gpuledger demo: gpuledger fleet serve did not start (see above)\n")
-            return 1
-        _introduce(out, url, sim, drift_every)
-        while not stop.wait(drift_every) and child.poll() is None:
-            changed = sim.drift(0.3)
-            out.write(f"gpuledger demo: {changed} nodes drifted\n")
-            out.flush()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-        child.wait(timeout=30)
-    return 0
 
 
 def _introduce(out: TextIO, url: str, sim: FleetSim, drift_every: float) -> None:

@@ -19,6 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
 
+import structlog
+
 from gpuledger.collectors.consul import ConsulCatalog, ConsulSettings
 from gpuledger.collectors.ledgers import LedgerReader
 from gpuledger.collectors.nomad import NomadSettings
@@ -105,9 +107,14 @@ def sweep_once(config: FleetConfig, policy: Policy) -> Fleet:
         async with LedgerReader(config.tls, config.concurrency, config.timeout) as reader:
             return (await FleetController(config, policy).sweep(reader)).fleet
 
-    # Only what goes wrong is logged (stderr): the output is the fleet.
+    # Only what goes wrong is logged (stderr): the output is the fleet. The logging as it was is
+    # put back after: a process may run more than this one command.
+    before = structlog.get_config()
     configure_logging(sys.stderr, logging.WARNING, once=True)
-    return asyncio.run(once())
+    try:
+        return asyncio.run(once())
+    finally:
+        structlog.configure(**before)
 
 
 def fleet_ls(options: FleetOptions, policy: Policy, out: TextIO, as_json: bool) -> int:

@@ -9,16 +9,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gpuledger import __version__
 from gpuledger.controller.fleet_loop import FleetSnapshot
 from gpuledger.model import Code, GpuState, Level
 from gpuledger.model.fleet import Fleet, NodeStatus
+from gpuledger.views.metrics import build_family, exposition
 
-__all__ = ["FleetCollector", "choose_encoder", "render"]
+__all__ = ["FleetCollector", "render"]
 
 P = "gpuledger_fleet_"
 
@@ -35,9 +33,7 @@ class FleetCollector:
 
     def collect(self) -> Iterator[Metric]:
         """Every family, from the snapshot."""
-        build = InfoMetricFamily("gpuledger_build", "The gpuledger build that serves these.")
-        build.add_metric([], {"version": __version__})
-        yield build
+        yield build_family()
         if self.snapshot is not None:
             yield from _count_families(self.snapshot.fleet)
             yield from _node_families(self.snapshot.fleet)
@@ -119,7 +115,4 @@ def _sweep_families(snap: FleetSnapshot) -> Iterator[Metric]:
 
 def render(snapshot: FleetSnapshot | None, accept: str) -> tuple[bytes, str]:
     """The exposition of ``snapshot`` in the format ``accept`` asks for, and its content type."""
-    encoder, content_type = choose_encoder(accept)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(snapshot))
-    return encoder(registry), content_type
+    return exposition(FleetCollector(snapshot), accept)

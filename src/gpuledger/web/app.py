@@ -116,6 +116,22 @@ class RenderCache:
 Route = Callable[[S | None, "WSGIEnvironment"], Answer]
 
 
+def metrics_answer(
+    cache: RenderCache,
+    snap: S | None,
+    environ: WSGIEnvironment,
+    render: Callable[[S | None, str], tuple[bytes, str]],
+) -> Answer:
+    """``/metrics`` in the format the ``Accept`` header asks for, rendered once per snapshot."""
+    accept = environ.get("HTTP_ACCEPT", "")
+    content_type = metrics.choose_encoder(accept)[1]
+    if snap is None:
+        body = render(None, accept)[0]
+    else:
+        body = cache.body(snap, f"metrics {content_type}", lambda: render(snap, accept)[0])
+    return Answer("200 OK", body, content_type)
+
+
 class WsgiApp(Generic[S]):
     """Exact routes over the state a loop last published (``None`` before the first), GET and
     HEAD only, and the security headers on every answer."""
@@ -208,15 +224,7 @@ class App(WsgiApp[Snapshot]):
 
     def metrics(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """The metrics, in the exposition format the ``Accept`` header asks for."""
-        accept = environ.get("HTTP_ACCEPT", "")
-        _, content_type = metrics.choose_encoder(accept)
-        if snap is None:
-            body, _ = metrics.render(None, accept)
-        else:
-            body = self.cache.body(
-                snap, f"metrics {content_type}", lambda: metrics.render(snap, accept)[0]
-            )
-        return Answer("200 OK", body, content_type)
+        return metrics_answer(self.cache, snap, environ, metrics.render)
 
     def _json(
         self,

@@ -18,7 +18,7 @@ from gpuledger.controller.fleet_loop import FleetSnapshot
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
 from gpuledger.model.fleet import Fleet
 from gpuledger.views import fleet_metrics
-from gpuledger.web.app import JSON, Answer, RenderCache, WsgiApp, text_answer
+from gpuledger.web.app import JSON, Answer, RenderCache, WsgiApp, metrics_answer, text_answer
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
@@ -82,15 +82,7 @@ class FleetApp(WsgiApp[FleetSnapshot]):
 
     def metrics(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
         """The metrics, in the exposition format the ``Accept`` header asks for."""
-        accept = environ.get("HTTP_ACCEPT", "")
-        _, content_type = fleet_metrics.choose_encoder(accept)
-        if snap is None:
-            body, _ = fleet_metrics.render(None, accept)
-        else:
-            body = self.cache.body(
-                snap, f"metrics {content_type}", lambda: fleet_metrics.render(snap, accept)[0]
-            )
-        return Answer("200 OK", body, content_type)
+        return metrics_answer(self.cache, snap, environ, fleet_metrics.render)
 
     def healthz(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
         """200 ``ok``, or 503 and one line per failing source (or a stopped loop)."""
