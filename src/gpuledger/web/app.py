@@ -116,6 +116,20 @@ class RenderCache:
 Route = Callable[[S | None, "WSGIEnvironment"], Answer]
 
 
+def pretty_json(document: dict[str, object]) -> bytes:
+    """A JSON document as every endpoint sends it."""
+    return (json.dumps(document, indent=2) + "\n").encode("utf-8")
+
+
+def health_answer(problems: list[str] | None, starting: str) -> Answer:
+    """``/healthz``: 200 ``ok``, or 503 and one line per problem (``None``: not started)."""
+    if problems is None:
+        return text_answer("503 Service Unavailable", starting)
+    if problems:
+        return text_answer("503 Service Unavailable", "".join(f"{p}\n" for p in problems))
+    return text_answer("200 OK", "ok\n")
+
+
 def metrics_answer(
     cache: RenderCache,
     snap: S | None,
@@ -238,7 +252,7 @@ class App(WsgiApp[Snapshot]):
         ledger = snap.ledger
 
         def render() -> bytes:
-            return (json.dumps(document(ledger), indent=2) + "\n").encode("utf-8")
+            return pretty_json(document(ledger))
 
         def tag() -> bytes:
             # What the document says, without when it was said: an unchanged node costs a 304.
@@ -251,9 +265,4 @@ class App(WsgiApp[Snapshot]):
 
     def healthz(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """200 ``ok``, or 503 and one line per failing source (or history, or stale loop)."""
-        if snap is None:
-            return text_answer("503 Service Unavailable", STARTING)
-        problems = snap.problems(self.now())
-        if problems:
-            return text_answer("503 Service Unavailable", "".join(f"{p}\n" for p in problems))
-        return text_answer("200 OK", "ok\n")
+        return health_answer(snap.problems(self.now()) if snap else None, STARTING)

@@ -9,7 +9,6 @@ per snapshot.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -18,7 +17,16 @@ from gpuledger.controller.fleet_loop import FleetSnapshot
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
 from gpuledger.model.fleet import Fleet
 from gpuledger.views import fleet_metrics
-from gpuledger.web.app import JSON, Answer, RenderCache, WsgiApp, metrics_answer, text_answer
+from gpuledger.web.app import (
+    JSON,
+    Answer,
+    RenderCache,
+    WsgiApp,
+    health_answer,
+    metrics_answer,
+    pretty_json,
+    text_answer,
+)
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
@@ -75,10 +83,9 @@ class FleetApp(WsgiApp[FleetSnapshot]):
             return text_answer("503 Service Unavailable", STARTING)
         fleet = snap.fleet
 
-        def render() -> bytes:
-            return (json.dumps(document(fleet), indent=2) + "\n").encode("utf-8")
-
-        return Answer("200 OK", self.cache.body(snap, name, render), JSON)
+        return Answer(
+            "200 OK", self.cache.body(snap, name, lambda: pretty_json(document(fleet))), JSON
+        )
 
     def metrics(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
         """The metrics, in the exposition format the ``Accept`` header asks for."""
@@ -86,9 +93,4 @@ class FleetApp(WsgiApp[FleetSnapshot]):
 
     def healthz(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
         """200 ``ok``, or 503 and one line per failing source (or a stopped loop)."""
-        if snap is None:
-            return text_answer("503 Service Unavailable", STARTING)
-        problems = snap.problems(self.now())
-        if problems:
-            return text_answer("503 Service Unavailable", "".join(f"{p}\n" for p in problems))
-        return text_answer("200 OK", "ok\n")
+        return health_answer(snap.problems(self.now()) if snap else None, STARTING)
