@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -278,3 +279,79 @@ def test_urls_bracket_ipv6_hosts() -> None:
         effective_listen = (("192.0.2.1", 9877), ("::", 9877))
 
     assert urls(Multi()) == ["http://192.0.2.1:9877/", "http://[::]:9877/"]
+
+
+# ------------------------------------------------------------------ ETag, 304 and the tick headers
+
+
+def conditional_call(app: App, path: str, if_none_match: str) -> tuple[str, dict[str, str], bytes]:
+    got: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        got["status"], got["headers"] = status, dict(headers)
+        return lambda data: None
+
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": path,
+        "HTTP_IF_NONE_MATCH": if_none_match,
+        "wsgi.input": io.BytesIO(b""),
+    }
+    body = b"".join(app(environ, start_response))  # type: ignore[arg-type]
+    return got["status"], got["headers"], body
+
+
+@pytest.mark.parametrize("path", ["/ledger", "/findings"])
+def test_an_unchanged_document_answers_304_to_its_etag_with_the_tick(path: str) -> None:
+    first = snapshot()
+    _, headers, _ = call(app_for(first), "GET", path)
+    etag = headers["ETag"]
+    assert etag.startswith('"') and etag.endswith('"') and len(etag) == 34
+    # The next tick: same content, ten seconds later.
+    later = replace(first, ledger=replace(first.ledger, at=AT + timedelta(seconds=10)))
+    status, headers, body = conditional_call(app_for(later), path, etag)
+    assert (status, body) == ("304 Not Modified", b"")
+    assert headers["ETag"] == etag
+    assert headers["X-Gpuledger-Tick"] == "2026-11-30T12:00:10Z"
+    assert headers["X-Gpuledger-Interval"] == "15"
+    assert "Content-Length" not in headers and "Content-Type" not in headers
+    assert all(headers[k] == v for k, v in HEADERS.items())
+    # Weak comparison, lists and * as RFC 9110 says.
+    for wanted in (f"W/{etag}", f'"other", {etag}', "*"):
+        assert conditional_call(app_for(later), path, wanted)[0] == "304 Not Modified"
+
+
+@pytest.mark.parametrize("path", ["/ledger", "/findings"])
+def test_a_changed_document_answers_200_with_a_new_etag(path: str) -> None:
+    first = snapshot()
+    etag = call(app_for(first), "GET", path)[1]["ETag"]
+    hotter = replace(first.ledger.findings[0], message="GPU 0 is hotter")
+    changed = replace(first, ledger=replace(first.ledger, findings=(hotter,)))
+    status, headers, body = conditional_call(app_for(changed), path, etag)
+    assert status == "200 OK"
+    assert headers["ETag"] != etag
+    assert json.loads(body)["findings"][0]["message"] == "GPU 0 is hotter"
+    assert conditional_call(app_for(changed), path, '"something else"')[0] == "200 OK"
+
+
+def test_every_answer_carries_the_tick_but_none_before_the_first() -> None:
+    for path in ("/", "/ledger", "/metrics", "/healthz", "/nowhere"):
+        headers = call(app_for(snapshot()), "GET", path)[1]
+        assert headers["X-Gpuledger-Tick"] == "2026-11-30T12:00:00Z", path
+        assert headers["X-Gpuledger-Interval"] == "15"
+    assert "X-Gpuledger-Tick" not in call(app_for(None), "GET", "/ledger")[1]
+
+
+def test_a_304_goes_over_the_wire_with_no_body(server: tuple[str, int]) -> None:
+    first = exchange(server, b"GET /ledger HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    status, headers = split(first)
+    assert status.endswith("200 OK")
+    etag = {k.lower(): v for k, v in headers.items()}["etag"]  # waitress writes it Etag
+    again = (
+        f"GET /ledger HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    answer = exchange(server, again)
+    status, headers = split(answer)
+    assert status.endswith("304 Not Modified")
+    assert answer.endswith(b"\r\n\r\n")  # nothing after the headers
+    assert headers["X-Gpuledger-Tick"] == "2026-11-30T12:00:00Z"

@@ -1,4 +1,5 @@
-"""The ``gpuledger`` command line: ``ls``, ``check``, ``serve``, ``policy`` and ``demo``.
+"""The ``gpuledger`` command line: ``ls``, ``check``, ``serve``, ``policy``, ``demo`` and
+``fleet``.
 
 Exit codes: 0 done (``check``: nothing at or above ``--exit-on``), 1 ``check`` found something at
 or above it (or ``policy check`` found problems), 2 a usage error — always a message that names
@@ -18,10 +19,15 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuledger import __version__
+from gpuledger.collectors.consul import ConsulSettings, consul_settings_from_env, with_flags
+from gpuledger.collectors.ledgers import check_target, read_targets_file
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
+from gpuledger.collectors.tls import TlsSettings
+from gpuledger.commands.fleet import Discover, FleetOptions
 from gpuledger.controller import history_file
 from gpuledger.controller.clock import SystemClock
+from gpuledger.controller.fleet import Shard
 from gpuledger.controller.history import History
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
@@ -115,21 +121,45 @@ def _source_options(p: argparse.ArgumentParser) -> None:
         metavar="URL|off",
         help="Podman API (default: unix:///run/podman/podman.sock when it exists, else off)",
     )
+    _nomad_options(p, node=True)
+    p.add_argument(
+        "--policy", type=Path, metavar="FILE", help="the policy file (default: the built-in policy)"
+    )
+    p.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="the history file of gpuledger serve: since when each GPU and finding is as it "
+        "is, and the GPU-second counters (serve keeps it; ls and check read it)",
+    )
+    p.add_argument(
+        "--node-name",
+        default="",
+        metavar="NAME",
+        help="the node's name in the output and in policy matches (default: Nomad's name "
+        "for the node, else the host name)",
+    )
+
+
+def _nomad_options(p: argparse.ArgumentParser, *, node: bool) -> None:
     n = p.add_argument_group("Nomad (flags override the NOMAD_* environment, as the Nomad CLI)")
     n.add_argument(
         "--nomad-addr",
         metavar="URL",
         help="Nomad's address (default: $NOMAD_ADDR, else http://127.0.0.1:4646)",
     )
-    n.add_argument(
-        "--nomad-node-id",
-        metavar="ID",
-        help="this node's Nomad node id (default: from /v1/agent/self)",
-    )
+    if node:
+        n.add_argument(
+            "--nomad-node-id",
+            metavar="ID",
+            help="this node's Nomad node id (default: from /v1/agent/self)",
+        )
     n.add_argument(
         "--no-nomad",
         action="store_true",
-        help="do not read Nomad: every GPU is unknown, no task is judged",
+        help="do not read Nomad: every GPU is unknown, no task is judged"
+        if node
+        else "do not read Nomad's nodes: the controllers only, none can be found missing",
     )
     n.add_argument(
         "--nomad-token-file",
@@ -148,22 +178,206 @@ def _source_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="do not verify Nomad's certificate ($NOMAD_SKIP_VERIFY); insecure",
     )
-    p.add_argument(
-        "--policy", type=Path, metavar="FILE", help="the policy file (default: the built-in policy)"
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return int(text)
+
+
+def _shard(text: str) -> Shard:
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _tls_options(g: argparse._ArgumentGroup, flag: str, env: str | None, what: str) -> None:
+    def named(variable: str) -> str:
+        return f"(${env}_{variable})" if env else ""
+
+    g.add_argument(
+        f"--{flag}-ca-cert", type=Path, metavar="FILE", help=f"{what}'s CA {named('CACERT')}"
     )
-    p.add_argument(
-        "--history",
+    g.add_argument(
+        f"--{flag}-ca-path",
+        type=Path,
+        metavar="DIR",
+        help=f"a directory of PEM CA certificates {named('CAPATH')}",
+    )
+    g.add_argument(f"--{flag}-client-cert", type=Path, metavar="FILE", help=named("CLIENT_CERT"))
+    g.add_argument(f"--{flag}-client-key", type=Path, metavar="FILE", help=named("CLIENT_KEY"))
+    g.add_argument(
+        f"--{flag}-tls-server-name",
+        metavar="NAME",
+        help=f"the name {what}'s certificate must carry {named('TLS_SERVER_NAME')}",
+    )
+
+
+def _discovery_options(p: argparse.ArgumentParser) -> None:
+    d = p.add_argument_group("discovery: how the node controllers are found (exactly one)")
+    one = d.add_mutually_exclusive_group(required=True)
+    one.add_argument(
+        "--targets",
+        metavar="URL[,URL...]",
+        help="node controllers' base URLs (<URL>/ledger is read)",
+    )
+    one.add_argument(
+        "--targets-file", type=Path, metavar="FILE", help="the same, one URL a line (# comments)"
+    )
+    one.add_argument(
+        "--consul",
+        nargs="?",
+        const="",
+        metavar="ADDR",
+        help="the passing instances of --consul-service in Consul's health API "
+        "(ADDR default: $CONSUL_HTTP_ADDR, else 127.0.0.1:8500)",
+    )
+    one.add_argument(
+        "--nomad-service",
+        metavar="NAME",
+        help="Nomad's service discovery (/v1/service/NAME, Nomad 1.3+)",
+    )
+    d.add_argument(
+        "--consul-service",
+        default="gpuledger",
+        metavar="NAME",
+        help="the Consul service of the node controllers (default gpuledger)",
+    )
+    d.add_argument(
+        "--nomad-namespace",
+        metavar="NS",
+        help="--nomad-service's namespace (default: $NOMAD_NAMESPACE, else default)",
+    )
+    d.add_argument(
+        "--node-scheme",
+        choices=("http", "https"),
+        default="http",
+        help="how to reach the controllers Consul or Nomad name (default http)",
+    )
+    c = p.add_argument_group("Consul (flags override the CONSUL_* environment, as the Consul CLI)")
+    c.add_argument(
+        "--consul-token-file",
         type=Path,
         metavar="FILE",
-        help="the history file of gpuledger serve: since when each GPU and finding is as it "
-        "is, and the GPU-second counters (serve keeps it; ls and check read it)",
+        help="read the token from FILE at every sweep ($CONSUL_HTTP_TOKEN_FILE; "
+        "else $CONSUL_HTTP_TOKEN)",
+    )
+    _tls_options(c, "consul", "CONSUL", "Consul")
+    c.add_argument(
+        "--consul-ssl",
+        action=argparse.BooleanOptionalAction,
+        help="https when ADDR names no scheme ($CONSUL_HTTP_SSL)",
+    )
+    c.add_argument(
+        "--consul-ssl-verify",
+        action=argparse.BooleanOptionalAction,
+        help="verify Consul's certificate ($CONSUL_HTTP_SSL_VERIFY; default yes)",
+    )
+
+
+def _fleet_options(p: argparse.ArgumentParser) -> None:
+    _discovery_options(p)
+    _nomad_options(p, node=False)
+    r = p.add_argument_group("reading the node controllers")
+    r.add_argument(
+        "--concurrency",
+        type=_positive,
+        default=64,
+        metavar="N",
+        help="controllers read at once (default 64)",
+    )
+    r.add_argument(
+        "--timeout",
+        type=_duration,
+        default=_duration("5s"),
+        metavar="DURATION",
+        help="how long one read (a controller, Consul, Nomad) may take (default 5s)",
+    )
+    r.add_argument(
+        "--stale-after",
+        type=_duration,
+        default=_duration("2m"),
+        metavar="DURATION",
+        help="a controller that does not say its interval is stale when its last "
+        "tick is older (default 2m; one that does: three intervals)",
+    )
+    _tls_options(r, "node", None, "the controllers")
+    r.add_argument(
+        "--node-skip-verify",
+        action="store_true",
+        help="do not verify the controllers' certificates; insecure",
     )
     p.add_argument(
-        "--node-name",
-        default="",
-        metavar="NAME",
-        help="the node's name in the output and in policy matches (default: Nomad's name "
-        "for the node, else the host name)",
+        "--shard",
+        type=_shard,
+        metavar="K/N",
+        help="only the nodes whose Nomad node id hashes to shard K of N (K from 0, "
+        "as ${NOMAD_ALLOC_INDEX})",
+    )
+    p.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="the policy every node is judged by (default: the built-in policy)",
+    )
+
+
+def _fleet_parser(sub: argparse._SubParsersAction[_Parser]) -> _Parser:
+    fleet = sub.add_parser(
+        "fleet",
+        help="the fleet controller: every GPU node of the cluster, and those without controller",
+        description="Read every node controller of the cluster and Nomad's GPU nodes.",
+    )
+    fsub = fleet.add_subparsers(
+        dest="fleet_command", required=True, metavar="ACTION", parser_class=_Parser
+    )
+    ls = fsub.add_parser("ls", help="nodes, jobs and totals", description="Print the fleet.")
+    ls.add_argument("--json", action="store_true", help="the fleet document (schema 1)")
+    check = fsub.add_parser(
+        "check",
+        help="the fleet's findings; exit 1 at or above --exit-on",
+        description="Print the fleet's findings.",
+    )
+    check.add_argument("--json", action="store_true", help="the findings document (schema 1)")
+    check.add_argument(
+        "--exit-on",
+        type=_level,
+        metavar="LEVEL",
+        help="OK, WARN, BAD or ERROR (default: the policy's exit_on)",
+    )
+    serve = fsub.add_parser(
+        "serve",
+        help="sweep every --interval and serve /fleet, /findings, /metrics, /healthz",
+        description="Run the fleet controller.",
+    )
+    serve.add_argument(
+        "--listen",
+        default=":9878",
+        metavar="HOST:PORT",
+        help="where to serve HTTP (default :9878, every address)",
+    )
+    _web_config_option(serve)
+    serve.add_argument(
+        "--interval",
+        type=_duration,
+        default=_duration("30s"),
+        metavar="DURATION",
+        help="time between sweeps (default 30s)",
+    )
+    for action in (ls, check, serve):
+        _fleet_options(action)
+    return fleet
+
+
+def _web_config_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--web-config",
+        type=Path,
+        metavar="FILE",
+        help="HTTPS and basic auth, in the format of Prometheus exporters' --web.config.file "
+        "(tls_server_config, basic_auth_users with bcrypt hashes)",
     )
 
 
@@ -209,13 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="where to serve HTTP (default :9877, every address)",
     )
-    serve.add_argument(
-        "--web-config",
-        type=Path,
-        metavar="FILE",
-        help="HTTPS and basic auth, in the format of Prometheus exporters' --web.config.file "
-        "(tls_server_config, basic_auth_users with bcrypt hashes)",
-    )
+    _web_config_option(serve)
     serve.add_argument(
         "--interval",
         type=_duration,
@@ -251,9 +459,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a node whose H200 is split with MIG: a ledger per instance",
     )
+    demo.add_argument(
+        "--fleet",
+        action="store_true",
+        help="a simulated fleet instead, watched by gpuledger fleet serve",
+    )
+    fleet = _fleet_parser(sub)
+    fsub = next(a for a in fleet._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub_parser in {**sub.choices, **psub.choices}.items():
         # so that a stray argument is reported by the command it was given to
         sub_parser.set_defaults(_parser=sub_parser, _name=name)
+    for name, sub_parser in fsub.choices.items():
+        sub_parser.set_defaults(_parser=sub_parser, _name=f"fleet {name}")
     return parser
 
 
@@ -269,12 +486,14 @@ def _url(value: str | None, runtime: str) -> str | None:
 
 
 def _nomad_settings(args: argparse.Namespace) -> NomadSettings | None:
-    if args.no_nomad:
-        return None
+    return None if args.no_nomad else _nomad_env_settings(args)
+
+
+def _nomad_env_settings(args: argparse.Namespace) -> NomadSettings:
     settings = settings_from_env(os.environ)
     flags = {
         "addr": args.nomad_addr,
-        "node_id": args.nomad_node_id,
+        "node_id": getattr(args, "nomad_node_id", None),
         "token_file": args.nomad_token_file,
         "ca_cert": args.nomad_ca_cert,
         "ca_path": args.nomad_ca_path,
@@ -413,8 +632,85 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     return serve(source_config(args), _policy(args), options, out)
 
 
+def _targets(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.targets_file is not None:
+        return tuple(read_targets_file(args.targets_file))
+    if args.targets is None:
+        return ()
+    urls = [u for u in args.targets.split(",") if u.strip()]
+    if not urls:
+        raise ConfigError("--targets names no URL")
+    return tuple(check_target(url, "--targets") for url in urls)
+
+
+def _consul_settings(args: argparse.Namespace) -> ConsulSettings | None:
+    if args.consul is None:
+        return None
+    verify = args.consul_ssl_verify
+    return with_flags(
+        consul_settings_from_env(os.environ),
+        addr=args.consul or None,
+        token_file=args.consul_token_file,
+        ssl=args.consul_ssl,
+        ca_cert=args.consul_ca_cert,
+        ca_path=args.consul_ca_path,
+        client_cert=args.consul_client_cert,
+        client_key=args.consul_client_key,
+        server_name=args.consul_tls_server_name,
+        skip_verify=None if verify is None else not verify,
+        timeout=args.timeout.total_seconds(),
+    )
+
+
+def fleet_options(args: argparse.Namespace) -> FleetOptions:
+    """The fleet's sources the flags name; ``UsageError`` for a value that cannot be used."""
+    discover = Discover(
+        targets=_targets(args),
+        consul=_consul_settings(args),
+        consul_service=args.consul_service,
+        nomad_service=args.nomad_service,
+        nomad_namespace=args.nomad_namespace or os.environ.get("NOMAD_NAMESPACE") or "default",
+        node_scheme=args.node_scheme,
+    )
+    return FleetOptions(
+        discover=discover,
+        nomad=_nomad_env_settings(args),
+        nomad_nodes=not args.no_nomad,
+        node_tls=TlsSettings(
+            ca_cert=args.node_ca_cert,
+            ca_path=args.node_ca_path,
+            client_cert=args.node_client_cert,
+            client_key=args.node_client_key,
+            server_name=args.node_tls_server_name,
+            skip_verify=args.node_skip_verify,
+        ),
+        concurrency=args.concurrency,
+        timeout=args.timeout.total_seconds(),
+        stale_after=args.stale_after,
+        shard=args.shard,
+    )
+
+
+def cmd_fleet(args: argparse.Namespace, out: TextIO) -> int:
+    """``gpuledger fleet ls|check|serve``."""
+    from gpuledger.commands import fleet  # noqa: PLC0415 - aiohttp and py-consul load only here
+
+    policy = _policy(args)
+    options = fleet_options(args)
+    if args.fleet_command == "ls":
+        return fleet.fleet_ls(options, policy, out, args.json)
+    if args.fleet_command == "check":
+        return fleet.fleet_check(options, policy, out, args.json, args.exit_on)
+    serve = fleet.ServeFleet(args.listen, args.interval, args.policy, args.web_config)
+    return fleet.fleet_serve(options, policy, serve, out)
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger demo``."""
+    if args.fleet:
+        from gpuledger.commands.demo_fleet import run_fleet_demo  # noqa: PLC0415
+
+        return run_fleet_demo(out)
     from gpuledger.commands.demo import run_demo  # noqa: PLC0415 - the simulator loads only here
 
     return run_demo(out, as_json=args.json, scenario="mig" if args.mig else "demo")
@@ -426,6 +722,7 @@ COMMANDS = {
     "serve": cmd_serve,
     "policy": cmd_policy,
     "demo": cmd_demo,
+    "fleet": cmd_fleet,
 }
 
 
@@ -442,7 +739,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return COMMANDS[args.command](args, stream)
     except UsageError as exc:
-        sys.stderr.write(f"gpuledger {args.command}: {exc}\n")
+        sys.stderr.write(
+            f"gpuledger {args._name if args.command == 'fleet' else args.command}: {exc}\n"
+        )
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK

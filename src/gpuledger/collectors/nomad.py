@@ -9,9 +9,8 @@ python-nomad verifies no certificate by default, ignores ``NOMAD_CACERT``/``NOMA
 from __future__ import annotations
 
 import socket
-import ssl
 import warnings
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,8 +22,19 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection
-from urllib3.util.ssl_match_hostname import CertificateError
 
+from gpuledger.collectors.tls import (
+    TlsAdapter,
+    TlsNames,
+    TlsPeer,
+    TlsSettings,
+    causes,
+    client_context,
+    parse_go_bool,
+    read_setting_file,
+    read_token_file,
+    tls_failure,
+)
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
 from gpuledger.model.redact import redact_url_passwords
@@ -40,16 +50,8 @@ DEFAULT_ADDR = "http://127.0.0.1:4646"
 # (the convention of requests-unixsocket).
 _UNIX_SCHEME = "http+unix://"
 
-# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
-_NAME_MISMATCH_CODES = frozenset({62, 64})
-
-# TLS alerts a server sends when it refuses the client certificate (or the lack of one).
-_CLIENT_CERT_ALERTS = (
-    "CERTIFICATE_REQUIRED",
-    "BAD_CERTIFICATE",
-    "UNKNOWN_CA",
-    "CERTIFICATE_UNKNOWN",
-)
+NOMAD_TLS = TlsNames("Nomad", "nomad", "NOMAD")
+"""How messages name Nomad's TLS settings: ``--nomad-ca-cert, NOMAD_CACERT`` …"""
 
 # The end of what a Nomad server before 1.11.1 answers when it looks a JWT up as a token secret.
 _UUID_ONLY = "UUID must be 36 characters"
@@ -74,15 +76,6 @@ class NomadSettings:
     timeout: float = 5.0
 
 
-def _parse_bool(name: str, text: str) -> bool:
-    # The values Go's strconv.ParseBool accepts, as the Nomad CLI parses NOMAD_SKIP_VERIFY.
-    if text in {"1", "t", "T", "TRUE", "true", "True"}:
-        return True
-    if text in {"0", "f", "F", "FALSE", "false", "False"}:
-        return False
-    raise ConfigError(f"{name}={text!r} is not a boolean (use true or false)")
-
-
 def settings_from_env(env: Mapping[str, str]) -> NomadSettings:
     """The settings the ``NOMAD_*`` variables of ``env`` give; unset or empty means default."""
 
@@ -102,7 +95,7 @@ def settings_from_env(env: Mapping[str, str]) -> NomadSettings:
         client_cert=path("NOMAD_CLIENT_CERT"),
         client_key=path("NOMAD_CLIENT_KEY"),
         tls_server_name=text("NOMAD_TLS_SERVER_NAME"),
-        skip_verify=_parse_bool("NOMAD_SKIP_VERIFY", skip) if skip else False,
+        skip_verify=parse_go_bool("NOMAD_SKIP_VERIFY", skip) if skip else False,
     )
 
 
@@ -183,83 +176,16 @@ def parse_allocation(doc: Any) -> Allocation:
 # --------------------------------------------------------------------------- transport
 
 
-def _read_file(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"cannot read the Nomad {what} {path}: {err.strerror or err}") from err
-
-
-def _ssl_context(settings: NomadSettings) -> ssl.SSLContext:
-    """The context every HTTPS connection uses: verified unless ``skip_verify`` says not.
-
-    Built whatever the address's scheme, so that a file a flag names and that cannot be used
-    is a usage error at start-up, as in the Nomad CLI, not a surprise on a later https://.
-    """
-    ca_file, ca_dir = settings.ca_cert, settings.ca_path
-    if ca_file is not None:
-        _read_file(ca_file, "CA certificate (--nomad-ca-cert, NOMAD_CACERT)")
-    if ca_dir is not None and not ca_dir.is_dir():
-        raise ConfigError(
-            f"the Nomad CA directory (--nomad-ca-path, NOMAD_CAPATH) {ca_dir} is not a directory"
-        )
-    try:
-        # With a CA file or directory, only those CAs are trusted, as in the Nomad CLI.
-        context = ssl.create_default_context(
-            cafile=str(ca_file) if ca_file else None, capath=str(ca_dir) if ca_dir else None
-        )
-    except ssl.SSLError as err:
-        raise ConfigError(f"the Nomad CA certificate {ca_file} is not a PEM CA: {err}") from err
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    if settings.skip_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    cert, key = settings.client_cert, settings.client_key
-    if (cert is None) != (key is None):
-        raise ConfigError(
-            "a Nomad client certificate needs both --nomad-client-cert (NOMAD_CLIENT_CERT) "
-            "and --nomad-client-key (NOMAD_CLIENT_KEY)"
-        )
-    if cert is not None and key is not None:
-        _read_file(cert, "client certificate (--nomad-client-cert, NOMAD_CLIENT_CERT)")
-        _read_file(key, "client key (--nomad-client-key, NOMAD_CLIENT_KEY)")
-        try:
-            context.load_cert_chain(cert, key)
-        except ssl.SSLError as err:
-            raise ConfigError(
-                f"the Nomad client certificate {cert} and key {key} do not load: {err}"
-            ) from err
-    return context
-
-
-class _TlsAdapter(HTTPAdapter):
-    """HTTPS through one prepared ``SSLContext``, whatever ``verify`` python-nomad passes."""
-
-    def __init__(self, context: ssl.SSLContext, server_name: str | None, verify: bool) -> None:
-        self._tls_kwargs: dict[str, Any] = {
-            "ssl_context": context,
-            "cert_reqs": "CERT_REQUIRED" if verify else "CERT_NONE",
-        }
-        if server_name:
-            # Used for SNI and for the name check, as Go's tls.Config.ServerName.
-            self._tls_kwargs["server_hostname"] = server_name
-        super().__init__()
-
-    def init_poolmanager(
-        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
-    ) -> None:
-        """Every pool gets the context (requests before 2.32.2 uses these defaults)."""
-        super().init_poolmanager(connections, maxsize, block, **pool_kwargs, **self._tls_kwargs)
-
-    def build_connection_pool_key_attributes(
-        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
-    ) -> Any:
-        """Our TLS settings, not the per-request ``verify=False`` python-nomad sends."""
-        host_params, _ = super().build_connection_pool_key_attributes(request, True, None)
-        return host_params, dict(self._tls_kwargs)
-
-    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        """Nothing: the context decides, and requests would otherwise switch it off."""
+def tls_settings(settings: NomadSettings) -> TlsSettings:
+    """The TLS part of the Nomad settings."""
+    return TlsSettings(
+        ca_cert=settings.ca_cert,
+        ca_path=settings.ca_path,
+        client_cert=settings.client_cert,
+        client_key=settings.client_key,
+        server_name=settings.tls_server_name,
+        skip_verify=settings.skip_verify,
+    )
 
 
 class _UnixConnection(HTTPConnection):
@@ -354,23 +280,8 @@ def _base_url(addr: str) -> str:
 # --------------------------------------------------------------------------- errors
 
 
-def _causes(err: BaseException) -> Iterator[BaseException]:
-    """``err`` and everything it wraps: requests and urllib3 nest the real cause deeply."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [err]
-    while todo:
-        current = todo.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        nested = [current.__cause__, current.__context__, getattr(current, "reason", None)]
-        nested += list(current.args)
-        todo.extend(e for e in nested if isinstance(e, BaseException))
-
-
 @dataclass(frozen=True)
-class _Call:
+class Call:
     """One endpoint and the capability its 403 means the token lacks."""
 
     path: str
@@ -383,33 +294,6 @@ class _Call:
 _CALL_ERRORS = (nomad_errors.BaseNomadException, requests.RequestException, ValueError)
 
 
-def _token_from_file(path: Path) -> str | None:
-    """The token a token file holds: its one line, a UTF-8 BOM and blanks around it dropped;
-    ``SourceError`` (never showing the file's text) when it holds anything else."""
-    hint = "the file must hold only the token's secret ID (Nomad rewrites it on rotation)"
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except OSError as err:
-        raise SourceError(
-            SOURCE,
-            f"cannot read the token file {path}: {err.strerror or err}",
-            "check that the file exists and is readable (Nomad rewrites it on rotation)",
-        ) from None
-    except UnicodeDecodeError:
-        raise SourceError(SOURCE, f"the token file {path} is not UTF-8 text", hint) from None
-    token = text.strip()
-    lines = token.splitlines()
-    if len(lines) > 1:
-        raise SourceError(SOURCE, f"the token file {path} holds {len(lines)} lines", hint)
-    if not (token.isascii() and token.isprintable() and " " not in token):
-        raise SourceError(
-            SOURCE,
-            f"the token file {path} holds a character no token has (a blank, a control)",
-            hint,
-        )
-    return token or None
-
-
 class NomadReader:
     """Reads the node's allocations from Nomad, through one kept-alive session."""
 
@@ -418,8 +302,10 @@ class NomadReader:
         self._settings = settings
         self._base = _base_url(settings.addr)
         if settings.token_file is not None:
-            _read_file(settings.token_file, "token file (--nomad-token-file)")
-        context = _ssl_context(settings)
+            read_setting_file(settings.token_file, "Nomad token file (--nomad-token-file)")
+        # Built whatever the address's scheme, so that a file a flag names and that cannot be
+        # used is a usage error at start-up, as in the Nomad CLI, not a surprise later.
+        context = client_context(tls_settings(settings), NOMAD_TLS)
         self._token: str | None = None
         self._session = requests.Session()
         # Proxies from the environment would send the token to a proxy; Nomad is local.
@@ -427,24 +313,28 @@ class NomadReader:
         if self._base.startswith(_UNIX_SCHEME):
             self._session.mount(_UNIX_SCHEME, _UnixAdapter())
         elif self._base.startswith("https://"):
-            adapter = _TlsAdapter(context, settings.tls_server_name, not settings.skip_verify)
+            adapter = TlsAdapter(context, settings.tls_server_name, not settings.skip_verify)
             self._session.mount("https://", adapter)
         client = nomad.Nomad(
             address=self._base, timeout=settings.timeout, session=self._session, cert=("", "")
         )
-        # python-nomad reads NOMAD_TOKEN, NOMAD_NAMESPACE and NOMAD_REGION from os.environ
-        # behind our back; gpuledger's settings are the only source, and the token goes in
-        # the session's headers where it is refreshed.
-        self._agent = client.agent
-        self._node = client.node
-        self._allocation = client.allocation
-        for requester in (self._agent, self._node, self._allocation):
-            requester.token = None
-            requester.namespace = None
-            requester.region = None
+        self._client = client
+        self._agent = self._requester(client.agent)
+        self._node = self._requester(client.node)
+        self._allocation = self._requester(client.allocation)
         self._node_id: str | None = settings.node_id
         self._node_name: str | None = None
         self._node_checked = False
+
+    @staticmethod
+    def _requester(requester: Any) -> Any:
+        """A python-nomad endpoint with gpuledger's settings only: python-nomad reads
+        NOMAD_TOKEN, NOMAD_NAMESPACE and NOMAD_REGION from os.environ behind our back, and the
+        token goes in the session's headers where it is refreshed."""
+        requester.token = None
+        requester.namespace = None
+        requester.region = None
+        return requester
 
     def __repr__(self) -> str:
         addr = redact_url_passwords(self._settings.addr)
@@ -460,8 +350,11 @@ class NomadReader:
         settings = self._settings
         token = settings.token
         if settings.token_file is not None:
-            # A workload identity's file is rotated by Nomad: read it at every read().
-            token = _token_from_file(settings.token_file)
+            token = read_token_file(
+                settings.token_file,
+                SOURCE,
+                "check that the file exists and is readable (Nomad rewrites it on rotation)",
+            )
         self._token = token
         if token:
             self._session.headers["X-Nomad-Token"] = token
@@ -482,14 +375,14 @@ class NomadReader:
 
     # ---------------------------------------------------------------- calls
 
-    def _call(self, call: _Call, fn: Callable[[], _T]) -> _T:
+    def _call(self, call: Call, fn: Callable[[], _T]) -> _T:
         """``fn()``, with every failure turned into a ``SourceError`` that says what to do."""
         try:
             return fn()
         except _CALL_ERRORS as err:
             raise self._failure(call, err) from None
 
-    def _failure(self, call: _Call, err: Exception) -> SourceError:
+    def _failure(self, call: Call, err: Exception) -> SourceError:
         if isinstance(err, nomad_errors.BaseNomadException):
             resp = err.nomad_resp
             if isinstance(resp, requests.Response):
@@ -505,7 +398,7 @@ class NomadReader:
             f"check that {self._settings.addr} is a Nomad agent's HTTP API",
         )
 
-    def _http_error(self, call: _Call, status: int, body: str) -> SourceError:
+    def _http_error(self, call: Call, status: int, body: str) -> SourceError:
         where = f"GET {call.path} answered {status}"
         if body == "ACL token not found":
             return self._error(
@@ -541,76 +434,17 @@ class NomadReader:
             )
         return self._error(f"{where}: {body or 'no message'}", "check the Nomad agent and version")
 
-    def _transport_error(self, call: _Call, err: BaseException) -> SourceError:
+    def _transport_error(self, call: Call, err: BaseException) -> SourceError:
         settings = self._settings
-        for cause in _causes(err):
-            if isinstance(cause, ssl.SSLCertVerificationError):
-                if cause.verify_code in _NAME_MISMATCH_CODES:
-                    return self._name_mismatch(call)
-                return self._untrusted(call, cause.verify_message or str(cause))
-            if isinstance(cause, CertificateError):
-                return self._name_mismatch(call)
-            if isinstance(cause, ssl.SSLError):
-                reason = cause.reason or ""
-                cert = settings.client_cert
-                given = f"the client certificate {cert}" if cert else "no client certificate"
-                refused = (
-                    f"the Nomad server refused the client certificate {cert}"
-                    if cert
-                    else "the Nomad server requires a client certificate and none was given"
-                )
-                cert_hint = (
-                    "set NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY to a certificate signed by the "
-                    "CA Nomad trusts (Nomad with verify_https_client refuses others)"
-                )
-                if any(alert in reason for alert in _CLIENT_CERT_ALERTS):
-                    return self._error(
-                        f"GET {call.path}: {refused} ({reason})",
-                        cert_hint,
-                    )
-                if isinstance(cause, ssl.SSLEOFError | ssl.SSLZeroReturnError):
-                    # Under TLS 1.3 a refused client certificate is told after the handshake;
-                    # the connection may close before the alert is read.
-                    return self._error(
-                        f"GET {call.path}: the Nomad server closed the TLS connection "
-                        f"({given} was sent; it may require a client certificate it trusts)",
-                        cert_hint,
-                    )
-                return self._error(
-                    f"GET {call.path}: TLS with {settings.addr} failed ({reason or cause})",
-                    "check that the address is https:// for a TLS agent and http:// otherwise",
-                )
-        timeout = any(isinstance(c, requests.Timeout | TimeoutError) for c in _causes(err))
+        peer = TlsPeer("the Nomad server", urlsplit(settings.addr).hostname or settings.addr)
+        failed = tls_failure(err, tls_settings(settings), NOMAD_TLS, peer)
+        if failed is not None:
+            return self._error(f"GET {call.path}: {failed[0]}", failed[1])
+        timeout = any(isinstance(c, requests.Timeout | TimeoutError) for c in causes(err))
         what = f"timed out after {settings.timeout:g}s" if timeout else "is unreachable"
         return self._error(
             f"Nomad at {settings.addr} {what} (GET {call.path})",
             "check that the Nomad agent runs and that --nomad-addr / NOMAD_ADDR points at it",
-        )
-
-    def _name_mismatch(self, call: _Call) -> SourceError:
-        settings = self._settings
-        name = settings.tls_server_name or urlsplit(settings.addr).hostname or settings.addr
-        return self._error(
-            f"GET {call.path}: the Nomad server's certificate is not valid for the name {name!r}",
-            "set NOMAD_TLS_SERVER_NAME (--nomad-tls-server-name) to a name in the certificate, "
-            "e.g. server.<region>.nomad or client.<region>.nomad",
-        )
-
-    def _untrusted(self, call: _Call, why: str) -> SourceError:
-        settings = self._settings
-        if settings.ca_cert or settings.ca_path:
-            trusted = " and ".join(
-                f"{label} {p}"
-                for label, p in (("CA file", settings.ca_cert), ("CA directory", settings.ca_path))
-                if p
-            )
-            hint = "the server's certificate must be signed by that CA; check NOMAD_CACERT"
-        else:
-            trusted = "the system's CA store (no NOMAD_CACERT given)"
-            hint = "set NOMAD_CACERT to the CA that signed Nomad's certificate"
-        return self._error(
-            f"GET {call.path}: the Nomad server's certificate is not trusted by {trusted} ({why})",
-            hint,
         )
 
     # ---------------------------------------------------------------- reading
@@ -618,7 +452,7 @@ class NomadReader:
     def _find_node_id(self) -> str:
         if self._node_id is not None:
             return self._node_id
-        call = _Call(
+        call = Call(
             "/v1/agent/self",
             "agent:read",
             'pass --nomad-node-id, or grant the token agent { policy = "read" }',
@@ -648,7 +482,7 @@ class NomadReader:
                 "the node was purged or has not registered yet: check `nomad node status` "
                 "and the Nomad client agent's log (restarting the client registers it again)"
             )
-        call = _Call(
+        call = Call(
             path,
             "node:read",
             'grant the token node { policy = "read" }',
@@ -686,7 +520,7 @@ class NomadReader:
             resp = err.nomad_resp
             if isinstance(resp, requests.Response) and resp.text.strip() == "ACL token not found":
                 # The token went away mid-read: that says nothing about the namespace.
-                failure = self._http_error(_Call(path, "read-job", ""), 403, resp.text.strip())
+                failure = self._http_error(Call(path, "read-job", ""), 403, resp.text.strip())
                 return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
             return AllocLookupResult(
                 AllocLookup.FORBIDDEN,
@@ -695,7 +529,7 @@ class NomadReader:
         except nomad_errors.URLNotFoundNomadException:
             return AllocLookupResult(AllocLookup.GONE)
         except _CALL_ERRORS as err:
-            failure = self._failure(_Call(path, "read-job", ""), err)
+            failure = self._failure(Call(path, "read-job", ""), err)
             return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
         try:
             return AllocLookupResult(AllocLookup.VISIBLE, allocation=parse_allocation(doc))
@@ -737,7 +571,7 @@ class NomadReader:
     def _allocations(self, node_id: str) -> tuple[Allocation, ...]:
         """Every allocation Nomad lists for the node, terminal ones included."""
         path = f"/v1/node/{node_id}/allocations"
-        call = _Call(
+        call = Call(
             path,
             "node:read",
             'grant the token node { policy = "read" } and namespace "*" '

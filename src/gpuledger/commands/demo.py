@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import TextIO
@@ -124,7 +125,7 @@ def _serve(
     policy.write_text(SERVE_POLICY, encoding="utf-8")
     flags = [
         "--listen",
-        listen or (DEMO_LISTEN if _free(DEMO_LISTEN) else "127.0.0.1:0"),
+        listen or (DEMO_LISTEN if port_free(DEMO_LISTEN) else "127.0.0.1:0"),
         "--interval",
         DEMO_INTERVAL,
         "--policy",
@@ -136,31 +137,59 @@ def _serve(
         *world.cli_args(),
     ]
     _show_once(world, out)
+    phases = drift_phases(world.scenario)
+    at = [0]
+
+    def drift() -> str | None:
+        if not phases:
+            return None
+        at[0] = (at[0] + 1) % len(phases)
+        title, change = phases[at[0]]
+        world.update(**change)
+        return title
+
     # The very command a user runs on a real node; its log (JSON lines, as on a real node
     # whose log is collected) is relayed here as one line per finding opened or resolved.
+    return run_watched(
+        ["serve", *flags],
+        out,
+        stop,
+        drift_every,
+        drift,
+        lambda url: _introduce(out, url, drift_every, world.scenario.get("about")),
+    )
+
+
+def run_watched(
+    argv: list[str],
+    out: TextIO,
+    stop: threading.Event,
+    every: float,
+    drift: Callable[[], str | None],
+    introduce: Callable[[str], None],
+) -> int:
+    """``gpuledger <argv>`` as a child, its log relayed: once it says its URL, ``introduce``
+    it, then ``drift`` the world every ``every`` seconds (its line shown) until ``stop``,
+    Ctrl-C or the child's end; then SIGTERM it. 1 when it never started."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "gpuledger", "serve", *flags],
+        [sys.executable, "-m", "gpuledger", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     assert child.stderr is not None  # noqa: S101 - stderr is a pipe
-    relay = threading.Thread(target=_relay, args=(child.stderr, out), daemon=True)
-    relay.start()
+    threading.Thread(target=relay_log, args=(child.stderr, out), daemon=True).start()
     try:
-        url = _first_url(child)
+        url = first_url(child)
         if url is None:
-            out.write("gpuledger demo: gpuledger serve did not start (see its message above)\n")
+            out.write(f"gpuledger demo: gpuledger {argv[0]} did not start (see above)\n")
             return 1
-        _introduce(out, url, drift_every, world.scenario.get("about"))
-        phases = drift_phases(world.scenario)
-        step = 0
-        while phases and not stop.wait(drift_every) and child.poll() is None:
-            step = (step + 1) % len(phases)
-            title, change = phases[step]
-            world.update(**change)
-            out.write(f"gpuledger demo: {title}\n")
-            out.flush()
+        introduce(url)
+        while not stop.wait(every) and child.poll() is None:
+            line = drift()
+            if line:
+                out.write(f"gpuledger demo: {line}\n")
+                out.flush()
     except KeyboardInterrupt:
         pass
     finally:
@@ -170,7 +199,7 @@ def _serve(
     return 0
 
 
-def _free(listen: str) -> bool:
+def port_free(listen: str) -> bool:
     """Whether ``HOST:PORT`` can be listened on now."""
     host, _, port = listen.rpartition(":")
     with socket.socket() as s:
@@ -192,9 +221,16 @@ def _show_once(world: World, out: TextIO) -> None:
 
 
 _RELAYED = {"finding.opened": "opened  ", "finding.resolved": "resolved"}
+_FAILURES = (
+    "source.read_failed",
+    "policy.reload_failed",
+    "reconcile.crashed",
+    "fleet.sweep_crashed",
+    "fleet.sweep_overran",
+)
 
 
-def _relay(log: TextIO, out: TextIO) -> None:
+def relay_log(log: TextIO, out: TextIO) -> None:
     """Show the serve log's finding transitions and failures; keep the rest of it quiet."""
     for line in log:
         try:
@@ -208,12 +244,12 @@ def _relay(log: TextIO, out: TextIO) -> None:
             out.write(
                 f"  {_RELAYED[name]} {event.get('level', ''):<5} {event.get('code', '')}: {what}\n"
             )
-        elif name in ("source.read_failed", "policy.reload_failed", "reconcile.crashed"):
+        elif name in _FAILURES:
             out.write(f"  {name}: {event.get('error') or event.get('message') or ''}\n")
         out.flush()
 
 
-def _first_url(child: subprocess.Popen[str]) -> str | None:
+def first_url(child: subprocess.Popen[str]) -> str | None:
     """The first URL ``gpuledger serve`` says it listens on; None when it exits first."""
     assert child.stdout is not None  # noqa: S101 - stdout is a pipe
     for line in child.stdout:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
 import structlog
 
 
-def configure_logging(stream: TextIO) -> None:
-    """structlog events as JSON lines, or for people when ``stream`` is a terminal."""
+def configure_logging(stream: TextIO, level: int = logging.DEBUG, *, once: bool = False) -> None:
+    """structlog events from ``level`` up, as JSON lines, or for people when ``stream`` is a
+    terminal. ``once``: for a one-shot command, whose stream may not outlive it (a caller may
+    run several in one process), loggers are not cached."""
     renderer: Any = (
         structlog.dev.ConsoleRenderer() if stream.isatty() else structlog.processors.JSONRenderer()
     )
@@ -21,7 +24,8 @@ def configure_logging(stream: TextIO) -> None:
             renderer,
         ],
         logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=True,
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        cache_logger_on_first_use=not once,
     )
 
 

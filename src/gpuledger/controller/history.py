@@ -169,7 +169,7 @@ def _mark(
     same = previous is not None and previous.state is lgpu.state and previous.alloc == alloc
     since = previous.since if previous is not None and same else at
     idle_since = None
-    if _held_below(lgpu, policy, ledger.node.name):
+    if held_below(lgpu, policy, ledger.node.name):
         kept = previous.held_idle_since if previous is not None and same else None
         idle_since = kept or at
     return GpuMark(state=lgpu.state, since=since, alloc=alloc, held_idle_since=idle_since)
@@ -182,8 +182,9 @@ def _unknown(previous: GpuMark | None, alloc: str | None, at: datetime) -> GpuMa
     return GpuMark(state=GpuState.UNKNOWN, since=at, alloc=alloc, interrupted=previous)
 
 
-def _held_below(lgpu: LedgerUnit, policy: Policy, node: str) -> bool:
-    """Held by its allocation, and below the held-idle rule's utilisation threshold."""
+def held_below(lgpu: LedgerUnit, policy: Policy, node: str) -> bool:
+    """Held by its allocation, and below the held-idle rule's utilisation threshold (the node's
+    history and the fleet's sweeps both count held-idle time from it)."""
     res, util = lgpu.reservation, lgpu.utilization_percent
     if lgpu.state is not GpuState.HELD or res is None or util is None:
         return False

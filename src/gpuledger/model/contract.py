@@ -1,22 +1,28 @@
-"""The JSON contract: the documents of ``ls --json``, ``check --json``, ``/ledger``, ``/findings``.
+"""The JSON contract: the documents of ``ls --json``, ``check --json``, ``/ledger``, ``/findings``,
+and the fleet's ``fleet ls --json`` and ``/fleet``.
 
 Every document carries ``"schema": SCHEMA``. What bumps it: removing or renaming a key or
 changing its meaning; adding a key does not. Golden files under ``tests/golden`` pin it, and the
-README's "JSON contract" section documents it.
+README's "JSON contract" section documents it. ``contract_read`` reads a ledger back (the fleet
+reads its nodes' ``/ledger``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import overload
 
+from gpuledger.model.fleet import Fleet, FleetNode
 from gpuledger.model.values import (
     AllocRef,
     Finding,
     GpuProcess,
+    GpuState,
     Ledger,
     LedgerGpu,
     LedgerInstance,
+    Level,
     MissingDevice,
     NodeInfo,
     Tenant,
@@ -24,6 +30,10 @@ from gpuledger.model.values import (
 
 SCHEMA = 1
 """The version of the JSON contract."""
+TICK_HEADER = "X-Gpuledger-Tick"
+"""On every answer of a node controller: when its last tick happened (as ``at`` is written)."""
+INTERVAL_HEADER = "X-Gpuledger-Interval"
+"""On every answer of a node controller: its interval, in seconds."""
 
 
 @overload
@@ -69,6 +79,8 @@ def _tenant_doc(t: Tenant) -> dict[str, object]:
         "alloc": alloc,
         "allocFromName": t.alloc_from_name,
         "allocVisible": t.alloc_visible,
+        "verdict": t.verdict.value,
+        "reason": t.reason.value if t.reason is not None else None,
     }
 
 
@@ -87,6 +99,7 @@ def _gpu_doc(lgpu: LedgerGpu) -> dict[str, object]:
         "thermalMarginC": gpu.thermal_margin_c,
         "thermalSlowdown": gpu.thermal_slowdown,
         "encoderSessions": gpu.encoder_sessions,
+        "encoderSessionCap": lgpu.encoder_cap,
         "reservation": _alloc_doc(lgpu.reservation),
         "tenants": [_tenant_doc(t) for t in lgpu.tenants],
         "migEnabled": gpu.mig_enabled,
@@ -166,4 +179,64 @@ def findings_doc(ledger: Ledger) -> dict[str, object]:
         "node": node_doc(ledger.node),
         "worst": ledger.worst.name,
         "findings": [finding_doc(f) for f in ledger.findings],
+    }
+
+
+def _by_state(counts: Mapping[GpuState, int]) -> dict[str, int]:
+    """GPU counts by state, every state named (zeros included)."""
+    return {state.value: counts.get(state, 0) for state in GpuState}
+
+
+def _by_level(counts: Mapping[Level, int]) -> dict[str, int]:
+    return {level.name: counts.get(level, 0) for level in Level}
+
+
+def _fleet_node_doc(n: FleetNode) -> dict[str, object]:
+    return {
+        "name": n.name,
+        "nomadNodeId": n.nomad_node_id,
+        "url": n.url,
+        "status": n.status.value,
+        "nomadStatus": n.nomad_status,
+        "eligible": n.eligible,
+        "schema": n.schema,
+        "error": n.error,
+        "worst": n.worst.name,
+        "gpus": _by_state(n.gpus),
+        "findings": _by_level(n.findings),
+    }
+
+
+def fleet_doc(fleet: Fleet) -> dict[str, object]:
+    """The fleet document of ``fleet ls --json`` and ``/fleet``."""
+    return {
+        "schema": SCHEMA,
+        "at": iso_time(fleet.at),
+        "sources": {
+            name: {"ok": not s.failing, "error": s.error} for name, s in fleet.sources.items()
+        },
+        "nodes": [_fleet_node_doc(n) for n in fleet.nodes],
+        "jobs": [
+            {"namespace": j.namespace, "job": j.job, "gpus": _by_state(j.gpus)} for j in fleet.jobs
+        ],
+        "totals": {
+            "nodes": {status.value: n for status, n in fleet.node_totals().items()},
+            "gpus": _by_state(fleet.gpu_totals()),
+        },
+        "findings": _fleet_findings(fleet),
+    }
+
+
+def _fleet_findings(fleet: Fleet) -> list[dict[str, object]]:
+    # A finding about Consul or Nomad themselves is about no node.
+    return [{**finding_doc(f), "node": f.node or None} for f in fleet.findings]
+
+
+def fleet_findings_doc(fleet: Fleet) -> dict[str, object]:
+    """The findings document of ``fleet check --json`` and the fleet's ``/findings``."""
+    return {
+        "schema": SCHEMA,
+        "at": iso_time(fleet.at),
+        "worst": fleet.worst.name,
+        "findings": _fleet_findings(fleet),
     }

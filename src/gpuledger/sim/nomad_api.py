@@ -24,9 +24,17 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal, Protocol
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["Access", "AccessControl", "FakeNomad", "Fault", "RecordedRequest"]
+__all__ = [
+    "Access",
+    "AccessControl",
+    "ClusterView",
+    "FakeNomad",
+    "Fault",
+    "RecordedRequest",
+    "TrackingTcpServer",
+]
 
 Fault = Literal["403", "500", "expired", "down"]
 
@@ -75,6 +83,22 @@ class AccessControl(Protocol):
 
     def denial(self, token: str | None, capability: str, namespace: str | None) -> tuple[int, str]:
         """Why ``token`` may not use ``capability`` in ``namespace``; ``(0, "")`` when it may."""
+        ...
+
+
+class ClusterView(Protocol):
+    """The other nodes of the cluster and their service registrations (``sim/fleet.py``)."""
+
+    def nomad_nodes(self, resources: bool) -> list[dict[str, Any]]:
+        """``/v1/nodes``: a stub of every node, with ``NodeResources`` when ``resources``."""
+        ...
+
+    def nomad_nodes_json(self, resources: bool) -> bytes:
+        """The same, encoded (kept while the nodes are the same: a fleet of ten thousand)."""
+        ...
+
+    def nomad_services(self, service: str) -> list[dict[str, Any]]:
+        """``/v1/service/<service>``: the registrations of every namespace."""
         ...
 
 
@@ -290,7 +314,7 @@ class _Tracking:
 
     daemon_threads = True
     block_on_close = False
-    fake: FakeNomad
+    fake: Any
     tls: ssl.SSLContext | None = None
 
     def _track_init(self) -> None:
@@ -343,7 +367,10 @@ def _drain(sock: socket.socket) -> None:
             pass
 
 
-class _TcpServer(_Tracking, socketserver.ThreadingTCPServer):
+class TrackingTcpServer(_Tracking, socketserver.ThreadingTCPServer):
+    """A threading TCP server (optionally TLS, ``tls``) that keeps its open connections, so
+    that a fake can cut them when it goes down; its handler finds the fake in ``fake``."""
+
     allow_reuse_address = True
 
 
@@ -378,7 +405,8 @@ class _Handler(BaseHTTPRequestHandler):
             data = body.encode()
             content_type = "text/plain; charset=utf-8"
         else:
-            data = json.dumps(body).encode()
+            # JSON already encoded (a large cluster's node list), or a value to encode.
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
             content_type = "application/json"
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -392,6 +420,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 _NODE = re.compile(r"^/v1/node/([^/]+)$")
+_SERVICE = re.compile(r"^/v1/service/([^/]+)$")
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _NODE_ALLOCS = re.compile(r"^/v1/node/([^/]+)/allocations$")
 _ALLOC = re.compile(r"^/v1/allocation/([^/]+)$")
 
@@ -427,22 +457,26 @@ class FakeNomad:
         self._allocs: dict[str, dict[str, Any]] = {}
         self._gone: set[str] = set()
         self._fault: Fault | None = None
-        self._server: _TcpServer | _UnixServer | None = None
+        self._server: TrackingTcpServer | _UnixServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.connections_accepted = 0
         """TCP (or unix) connections accepted over the fake's life: keep-alive keeps it low."""
+        self.cluster: ClusterView | None = None
+        """The cluster's nodes and services (``/v1/nodes``, ``/v1/service``), for the fleet."""
+        self.lists_resources = True
+        """``False``: a Nomad before 1.0, whose ``/v1/nodes`` ignores ``?resources=true``."""
 
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> str:
         """Listen (port 0 picks one, kept across restarts) and return the base URL."""
-        server: _TcpServer | _UnixServer
+        server: TrackingTcpServer | _UnixServer
         if self.unix_socket is not None:
             self.unix_socket.unlink(missing_ok=True)
             server = _UnixServer(str(self.unix_socket), _Handler)
         else:
-            server = _TcpServer(("127.0.0.1", self.port), _Handler)
+            server = TrackingTcpServer(("127.0.0.1", self.port), _Handler)
             self.port = server.server_address[1]
         server._track_init()
         server.fake = self
@@ -559,6 +593,9 @@ class FakeNomad:
                 # Every secret is a UUID, so only a workload identity (a JWT) gets here.
                 return 500, UUID_LOOKUP_FAILED
             return self._guarded(token, AGENT_READ, None) or (200, self._agent_self())
+        cluster = self._cluster_answer(path, parts.query, token)
+        if cluster is not None:
+            return cluster
         if match := _NODE_ALLOCS.match(path):
             return self._guarded(token, NODE_READ, None) or (
                 200,
@@ -568,12 +605,42 @@ class FakeNomad:
             denied = self._guarded(token, NODE_READ, None)
             if denied:
                 return denied
-            if unquote(match[1]) != self.node_id:
-                return 404, "node not found"
-            return 200, self._node()
+            node_id = unquote(match[1])
+            if node_id == self.node_id:
+                return 200, self._node()
+            return self._cluster_node(node_id)
         if match := _ALLOC.match(path):
             return self._alloc(unquote(match[1]), token)
         return 404, "404 page not found"
+
+    def _cluster_answer(self, path: str, query: str, token: str | None) -> tuple[int, Any] | None:
+        """``/v1/nodes`` and ``/v1/service/<name>``, when the fake knows a cluster."""
+        if self.cluster is None:
+            return None
+        if path == "/v1/nodes":
+            asked = parse_qs(query).get("resources", ["false"])[-1] in _TRUE
+            nodes = self.cluster.nomad_nodes_json(asked and self.lists_resources)
+            return self._guarded(token, NODE_READ, None) or (200, nodes)
+        if match := _SERVICE.match(path):
+            return self._service(unquote(match[1]), query, token)
+        return None
+
+    def _cluster_node(self, node_id: str) -> tuple[int, Any]:
+        """Another node of the cluster, read on its own (with its resources, as Nomad does)."""
+        stubs = self.cluster.nomad_nodes(True) if self.cluster is not None else []
+        for stub in stubs:
+            if stub["ID"] == node_id:
+                return 200, {**stub, "Attributes": {"unique.hostname": stub["Name"]}}
+        return 404, "node not found"
+
+    def _service(self, name: str, query: str, token: str | None) -> tuple[int, Any]:
+        """Registrations of ``name`` in the asked namespace; any ACL failure is a 403 here
+        (``nomad/service_registration_endpoint.go``: an expired token too)."""
+        namespace = parse_qs(query).get("namespace", ["default"])[-1]
+        if self.access.denial(token, READ_JOB, namespace)[0]:
+            return 403, PERMISSION_DENIED
+        assert self.cluster is not None  # noqa: S101 - the route asks first
+        return 200, [r for r in self.cluster.nomad_services(name) if r["Namespace"] == namespace]
 
     def _resolves_as_uuid_only(self) -> bool:
         """An agent that is also a server, before 1.11.1, resolves /v1/agent tokens by UUID."""

@@ -45,14 +45,27 @@ class SnapshotCollector:
 
     def collect(self) -> Iterator[Metric]:
         """Every family, from the snapshot."""
-        build = InfoMetricFamily("gpuledger_build", "The gpuledger build that serves these.")
-        build.add_metric([], {"version": __version__})
-        yield build
+        yield build_family()
         if self.snapshot is not None:
             yield from _gpu_families(self.snapshot)
             yield from _instance_families(self.snapshot)
             yield from _count_families(self.snapshot)
             yield from _node_families(self.snapshot)
+
+
+def build_family() -> InfoMetricFamily:
+    """``gpuledger_build_info``: the build that serves these (the node's and the fleet's)."""
+    build = InfoMetricFamily("gpuledger_build", "The gpuledger build that serves these.")
+    build.add_metric([], {"version": __version__})
+    return build
+
+
+def exposition(collector: Any, accept: str) -> tuple[bytes, str]:
+    """What ``collector`` collects, in the format ``accept`` asks for, and its content type."""
+    encoder, content_type = choose_encoder(accept)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return encoder(registry), content_type
 
 
 def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFamily:
@@ -279,7 +292,4 @@ def _node_families(snap: Snapshot) -> Iterator[Metric]:
 
 def render(snapshot: Snapshot | None, accept: str) -> tuple[bytes, str]:
     """The exposition of ``snapshot`` in the format ``accept`` asks for, and its content type."""
-    encoder, content_type = choose_encoder(accept)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
-    return encoder(registry), content_type
+    return exposition(SnapshotCollector(snapshot), accept)

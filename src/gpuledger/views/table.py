@@ -15,9 +15,9 @@ _CONTROL = re.compile(
 )
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     """Escape what could drive the terminal or forge a row: ESC as ``\\x1b``, U+202E as
-    ``\\u202e``; a cell of the table is one line of plain characters."""
+    ``\\u202e``, a newline as ``\\x0a``; a cell of a table is one line of plain characters."""
     return _CONTROL.sub(_escaped, text)
 
 
@@ -26,8 +26,9 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
-    rows = [[_printable(cell) for cell in row] for row in rows]
+def columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as left-aligned columns two spaces apart, every cell made printable."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -107,8 +108,8 @@ def _unit_name(linst: LedgerInstance) -> str:
 def render_ledger(ledger: Ledger) -> str:
     """The ledger as a table, then its sources and findings."""
     lines = [
-        f"node {_printable(ledger.node.name)}  "
-        f"nomad node {_printable(ledger.node.nomad_node_id or '-')}  at {ledger.at.isoformat()}"
+        f"node {printable(ledger.node.name)}  "
+        f"nomad node {printable(ledger.node.nomad_node_id or '-')}  at {ledger.at.isoformat()}"
     ]
     lines.append(
         "sources: "
@@ -121,17 +122,17 @@ def render_ledger(ledger: Ledger) -> str:
     header = ["GPU", "STATE", "UTIL", "MEMORY", "TEMP", "RESERVED BY", "TENANTS"]
     rows = [header] + [row for lgpu in ledger.gpus for row in _gpu_rows(lgpu)]
     if ledger.gpus:
-        lines.extend(_columns(rows))
+        lines.extend(columns(rows))
     else:
         lines.append("no GPU could be read")
     lines += [
-        _printable(
+        printable(
             f"reserved, but the driver lists no such device: {d.uuid} by {_owner(d.reservation)}"
         )
         for d in ledger.missing
     ]
     lines += [
-        _printable(
+        printable(
             f"on a GPU the driver did not list: {p.pid} {p.process_name or '[not found]'} "
             f"on {p.gpu_uuid}"
         )
@@ -150,13 +151,13 @@ def _finding_row(f: Finding, index: dict[str, int | str]) -> list[str]:
 def render_findings(ledger: Ledger) -> str:
     """The findings, worst first, and the worst level."""
     if not ledger.findings:
-        return f"no findings on {_printable(ledger.node.name)} (worst: OK)\n"
+        return f"no findings on {printable(ledger.node.name)} (worst: OK)\n"
     index: dict[str, int | str] = {lgpu.gpu.uuid: lgpu.gpu.index for lgpu in ledger.gpus}
     index |= {i.uuid: _unit_name(i) for lgpu in ledger.gpus for i in lgpu.instances}
     rows = [["LEVEL", "CODE", "GPU", "MESSAGE"], *(_finding_row(f, index) for f in ledger.findings)]
-    lines = _columns(rows)
+    lines = columns(rows)
     lines.append(
-        f"{len(ledger.findings)} findings on {_printable(ledger.node.name)} "
+        f"{len(ledger.findings)} findings on {printable(ledger.node.name)} "
         f"(worst: {ledger.worst.name})"
     )
     return "\n".join(lines) + "\n"

@@ -3,21 +3,34 @@
 ``/ledger``, ``/findings``, ``/metrics``, ``/healthz`` and a placeholder ``/``. A request never
 reads a source: it renders (once per snapshot, kept in a ``RenderCache``) the snapshot the loop
 last published. Every endpoint answers GET and HEAD only, and every answer, errors included,
-carries the security headers (README, "The node controller").
+carries the security headers (README, "The node controller"); ``WsgiApp`` is that much, shared
+with the fleet's application.
+
+``/ledger`` and ``/findings`` carry an ``ETag`` that covers what they say, not when the tick
+happened, and answer ``304`` to an ``If-None-Match`` that names it; every answer says when the
+last tick happened and the interval (``TICK_HEADER``, ``INTERVAL_HEADER``), 304s included, so a
+reader learns that the loop still ticks without fetching an unchanged ledger.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from gpuledger.controller.loop import Snapshot
 from gpuledger.model import Ledger
-from gpuledger.model.contract import findings_doc, ledger_doc
+from gpuledger.model.contract import (
+    INTERVAL_HEADER,
+    TICK_HEADER,
+    findings_doc,
+    iso_time,
+    ledger_doc,
+)
 from gpuledger.views import metrics
 
 if TYPE_CHECKING:
@@ -38,6 +51,9 @@ METHODS = ("GET", "HEAD")
 TEXT = "text/plain; charset=utf-8"
 JSON = "application/json"
 STARTING = "starting: the first reconcile has not finished yet\n"
+NOT_MODIFIED = "304 Not Modified"
+S = TypeVar("S")
+Headers = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -47,11 +63,31 @@ class Answer:
     status: str
     body: bytes
     content_type: str = TEXT
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: Headers = ()
 
 
-def _text(status: str, text: str, extra: tuple[tuple[str, str], ...] = ()) -> Answer:
+def text_answer(status: str, text: str, extra: Headers = ()) -> Answer:
+    """A plain-text answer."""
     return Answer(status, text.encode("utf-8"), TEXT, extra)
+
+
+def etag_of(content: bytes) -> str:
+    """A strong entity tag for ``content``."""
+    return f'"{hashlib.sha256(content).hexdigest()[:32]}"'
+
+
+def _tags(header: str) -> set[str]:
+    # If-None-Match compares weakly (RFC 9110 13.1.2): W/"x" matches "x".
+    return {tag.strip().removeprefix("W/") for tag in header.split(",")}
+
+
+def conditional(environ: WSGIEnvironment, etag: str, answer: Answer) -> Answer:
+    """``answer`` with its ``ETag``; 304 when the request's ``If-None-Match`` names it."""
+    wanted = environ.get("HTTP_IF_NONE_MATCH")
+    tag = (("ETag", etag),)
+    if wanted and (wanted.strip() == "*" or etag in _tags(wanted)):
+        return Answer(NOT_MODIFIED, b"", answer.content_type, tag)
+    return Answer(answer.status, answer.body, answer.content_type, answer.extra + tag)
 
 
 class RenderCache:
@@ -77,45 +113,106 @@ class RenderCache:
         return body
 
 
-class App:
-    """The WSGI application; ``snapshot()`` returns what the loop last published."""
+Route = Callable[[S | None, "WSGIEnvironment"], Answer]
+
+
+def pretty_json(document: dict[str, object]) -> bytes:
+    """A JSON document as every endpoint sends it."""
+    return (json.dumps(document, indent=2) + "\n").encode("utf-8")
+
+
+def health_answer(problems: list[str] | None, starting: str) -> Answer:
+    """``/healthz``: 200 ``ok``, or 503 and one line per problem (``None``: not started)."""
+    if problems is None:
+        return text_answer("503 Service Unavailable", starting)
+    if problems:
+        return text_answer("503 Service Unavailable", "".join(f"{p}\n" for p in problems))
+    return text_answer("200 OK", "ok\n")
+
+
+def metrics_answer(
+    cache: RenderCache,
+    snap: S | None,
+    environ: WSGIEnvironment,
+    render: Callable[[S | None, str], tuple[bytes, str]],
+) -> Answer:
+    """``/metrics`` in the format the ``Accept`` header asks for, rendered once per snapshot."""
+    accept = environ.get("HTTP_ACCEPT", "")
+    content_type = metrics.choose_encoder(accept)[1]
+    if snap is None:
+        body = render(None, accept)[0]
+    else:
+        body = cache.body(snap, f"metrics {content_type}", lambda: render(snap, accept)[0])
+    return Answer("200 OK", body, content_type)
+
+
+class WsgiApp(Generic[S]):
+    """Exact routes over the state a loop last published (``None`` before the first), GET and
+    HEAD only, and the security headers on every answer."""
+
+    def __init__(self, state: Callable[[], S | None], routes: Mapping[str, Route[S]]) -> None:
+        self.state = state
+        self.routes = dict(routes)
+
+    def state_headers(self, state: S | None) -> Headers:
+        """Headers every answer carries for this state (none here)."""
+        return ()
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        """Route, answer, and add the headers every answer carries."""
+        method = environ.get("REQUEST_METHOD", "GET")
+        route = self.routes.get(environ.get("PATH_INFO") or "/")
+        state = self.state()  # once: the answer and its headers describe the same state
+        if route is None:
+            # Exact paths only: anything else, `..` included, names nothing here.
+            tries = ", ".join(path for path in self.routes if path != "/")
+            answer = text_answer("404 Not Found", f"not found: try {tries}\n")
+        elif method not in METHODS:
+            answer = text_answer(
+                "405 Method Not Allowed",
+                "method not allowed: use GET or HEAD\n",
+                (("Allow", ", ".join(METHODS)),),
+            )
+        else:
+            answer = route(state, environ)
+        entity: Headers = ()
+        if answer.status != NOT_MODIFIED:  # a 304 describes the entity it does not send
+            entity = (
+                ("Content-Type", answer.content_type),
+                ("Content-Length", str(len(answer.body))),
+            )
+        headers = [*entity, *SECURITY_HEADERS, *self.state_headers(state), *answer.extra]
+        start_response(answer.status, headers)
+        return [b""] if method == "HEAD" else [answer.body]
+
+
+class App(WsgiApp[Snapshot]):
+    """The node controller's application; ``snapshot()`` returns what the loop last published."""
 
     def __init__(
         self, snapshot: Callable[[], Snapshot | None], now: Callable[[], datetime]
     ) -> None:
         self.snapshot, self.now = snapshot, now
         self.cache = RenderCache()
-        self.routes: dict[str, Callable[[Snapshot | None, WSGIEnvironment], Answer]] = {
-            "/": self.index,
-            "/ledger": self.ledger,
-            "/findings": self.findings,
-            "/metrics": self.metrics,
-            "/healthz": self.healthz,
-        }
+        super().__init__(
+            snapshot,
+            {
+                "/": self.index,
+                "/ledger": self.ledger,
+                "/findings": self.findings,
+                "/metrics": self.metrics,
+                "/healthz": self.healthz,
+            },
+        )
 
-    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        """Route, answer, and add the headers every answer carries."""
-        method = environ.get("REQUEST_METHOD", "GET")
-        route = self.routes.get(environ.get("PATH_INFO") or "/")
-        if route is None:
-            # Exact paths only: anything else, `..` included, names nothing here.
-            answer = _text("404 Not Found", "not found: try /ledger, /findings, /metrics\n")
-        elif method not in METHODS:
-            answer = _text(
-                "405 Method Not Allowed",
-                "method not allowed: use GET or HEAD\n",
-                (("Allow", ", ".join(METHODS)),),
-            )
-        else:
-            answer = route(self.snapshot(), environ)
-        headers = [
-            ("Content-Type", answer.content_type),
-            ("Content-Length", str(len(answer.body))),
-            *SECURITY_HEADERS,
-            *answer.extra,
-        ]
-        start_response(answer.status, headers)
-        return [b""] if method == "HEAD" else [answer.body]
+    def state_headers(self, state: Snapshot | None) -> Headers:
+        """When the last tick happened, and the interval in seconds."""
+        if state is None:
+            return ()
+        return (
+            (TICK_HEADER, iso_time(state.ledger.at)),
+            (INTERVAL_HEADER, f"{state.interval.total_seconds():g}"),
+        )
 
     def index(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """A placeholder page that links the endpoints (the real page comes later)."""
@@ -132,42 +229,40 @@ class App:
         return Answer("200 OK", page.encode("utf-8"), "text/html; charset=utf-8")
 
     def ledger(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
-        """The ledger document (README, "JSON contract")."""
-        return self._json(snap, "ledger", ledger_doc)
+        """The ledger document (README, "JSON contract"); its ETag leaves out ``at``."""
+        return self._json(snap, environ, "ledger", ledger_doc)
 
     def findings(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """The findings document (README, "JSON contract")."""
-        return self._json(snap, "findings", findings_doc)
+        return self._json(snap, environ, "findings", findings_doc)
 
     def metrics(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """The metrics, in the exposition format the ``Accept`` header asks for."""
-        accept = environ.get("HTTP_ACCEPT", "")
-        _, content_type = metrics.choose_encoder(accept)
-        if snap is None:
-            body, _ = metrics.render(None, accept)
-        else:
-            body = self.cache.body(
-                snap, f"metrics {content_type}", lambda: metrics.render(snap, accept)[0]
-            )
-        return Answer("200 OK", body, content_type)
+        return metrics_answer(self.cache, snap, environ, metrics.render)
 
     def _json(
-        self, snap: Snapshot | None, name: str, document: Callable[[Ledger], dict[str, object]]
+        self,
+        snap: Snapshot | None,
+        environ: WSGIEnvironment,
+        name: str,
+        document: Callable[[Ledger], dict[str, object]],
     ) -> Answer:
         if snap is None:
-            return _text("503 Service Unavailable", STARTING)
+            return text_answer("503 Service Unavailable", STARTING)
         ledger = snap.ledger
 
         def render() -> bytes:
-            return (json.dumps(document(ledger), indent=2) + "\n").encode("utf-8")
+            return pretty_json(document(ledger))
 
-        return Answer("200 OK", self.cache.body(snap, name, render), JSON)
+        def tag() -> bytes:
+            # What the document says, without when it was said: an unchanged node costs a 304.
+            content = {k: v for k, v in document(ledger).items() if k != "at"}
+            return etag_of(json.dumps(content, separators=(",", ":")).encode()).encode()
+
+        etag = self.cache.body(snap, f"{name} etag", tag).decode()
+        body = self.cache.body(snap, name, render)
+        return conditional(environ, etag, Answer("200 OK", body, JSON))
 
     def healthz(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """200 ``ok``, or 503 and one line per failing source (or history, or stale loop)."""
-        if snap is None:
-            return _text("503 Service Unavailable", STARTING)
-        problems = snap.problems(self.now())
-        if problems:
-            return _text("503 Service Unavailable", "".join(f"{p}\n" for p in problems))
-        return _text("200 OK", "ok\n")
+        return health_answer(snap.problems(self.now()) if snap else None, STARTING)

@@ -1,0 +1,224 @@
+"""The node controllers' ``/ledger``, read concurrently: the fleet's observed state.
+
+aiohttp (well kept, its connection pool scales to ten thousand targets where httpx's does not:
+``bench/README.md``) reads every target at once with at most ``concurrency`` requests in
+flight, each cut off after ``timeout`` seconds whatever it is doing (connecting, a server that
+sends one byte a second), so one hanging node never stalls the others. Each read sends the
+``ETag`` of the last answer in ``If-None-Match``: an unchanged node answers ``304`` and costs
+almost nothing, and still says when it last ticked (``X-Gpuledger-Tick``).
+
+This module only reads: what an answer means (a ledger, garbage, another schema, a stale loop)
+is the fleet loop's to judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from gpuledger.collectors.tls import TlsNames, TlsPeer, TlsSettings, client_context, tls_failure
+from gpuledger.errors import ConfigError
+from gpuledger.model.contract import INTERVAL_HEADER, TICK_HEADER
+
+NODE_TLS = TlsNames("node controller", "node")
+MAX_BODY = 32 * 1024 * 1024
+"""A ledger of 64 GPUs with 64 tenants each is about 3 MiB: more is not a ledger."""
+MAX_REDIRECTS = 5
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerAnswer:
+    """What one controller answered to ``GET <url>/ledger`` (or why it did not)."""
+
+    url: str
+    status: int | None = None
+    """The HTTP status; ``None`` when no answer came."""
+    body: bytes = b""
+    content_type: str = ""
+    etag: str | None = None
+    tick: str | None = None
+    """``X-Gpuledger-Tick``: when the controller last ticked."""
+    interval: str | None = None
+    """``X-Gpuledger-Interval``: the controller's interval in seconds."""
+    error: str | None = None
+    """Why no answer came (``status`` is ``None``), or why the answer could not be read."""
+
+
+def check_target(url: str, where: str) -> str:
+    """``url`` as a base URL of a node controller (its ``/ledger`` is read), without a trailing
+    slash; ``ConfigError`` names ``where`` it came from when it cannot be one."""
+    text = url.strip()
+    parts = urlsplit(text)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in {"http", "https"} or not parts.hostname or not port_ok:
+        raise ConfigError(
+            f"{where}: {text!r} is not a node controller's URL such as http://gpu-1:9877 "
+            "(http or https, a host, an optional port and path prefix)"
+        )
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ConfigError(f"{where}: {text!r}: a target carries no query, fragment or password")
+    return text.rstrip("/")
+
+
+def read_targets_file(path: Path) -> list[str]:
+    """The URLs of a targets file: one a line, ``#`` comments and blank lines ignored."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        why = getattr(err, "strerror", None) or err
+        raise ConfigError(f"--targets-file {path}: cannot read it: {why}") from None
+    urls = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if text:
+            urls.append(check_target(text, f"--targets-file {path}:{number}"))
+    if not urls:
+        raise ConfigError(f"--targets-file {path}: names no target (one URL a line)")
+    return urls
+
+
+class LedgerReader:
+    """Reads ``/ledger`` of many controllers over one connection pool (``async with``)."""
+
+    def __init__(self, tls: TlsSettings, concurrency: int = 64, timeout: float = 5.0) -> None:
+        """Prepare the TLS context; ``ConfigError`` if a file the settings name is unusable."""
+        self.tls, self.concurrency, self.timeout = tls, concurrency, timeout
+        self._context: ssl.SSLContext = client_context(tls, NODE_TLS)
+        self._deadline = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> LedgerReader:
+        """Open the pool (inside the running loop, as aiohttp requires)."""
+        connector = aiohttp.TCPConnector(limit=self.concurrency, ssl=self._context)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            # No proxy from the environment, no cookies: each controller is asked afresh.
+            trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def read_all(
+        self,
+        asks: Sequence[tuple[str, str | None]],
+        deadline: float | None,
+        convert: Callable[[LedgerAnswer], T],
+    ) -> list[T]:
+        """Every ``(url, etag)`` read at once, at most ``concurrency`` at a time, each answer
+        handed to ``convert`` as it arrives (so its body need not outlive it); what is not
+        answered within ``deadline`` seconds (the sweep's budget) is converted as such."""
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(url: str, etag: str | None) -> T:
+            async with gate:
+                return convert(await self.read(url, etag))
+
+        tasks = [asyncio.ensure_future(one(url, etag)) for url, etag in asks]
+        if tasks:
+            await asyncio.wait(tasks, timeout=deadline)
+        done = []
+        for (url, _), task in zip(asks, tasks, strict=True):
+            if task.done():
+                done.append(task.result())
+            else:
+                task.cancel()
+                late = f"not read within the sweep's budget of {deadline or 0:g}s"
+                done.append(convert(LedgerAnswer(url, error=late)))
+        return done
+
+    async def read(self, url: str, etag: str | None = None) -> LedgerAnswer:
+        """One controller's ``/ledger``, cut off after ``timeout`` seconds."""
+        try:
+            return await self._get(url, etag)
+        except asyncio.TimeoutError:
+            return LedgerAnswer(url, error=f"timed out after {self.timeout:g}s")
+        except aiohttp.TooManyRedirects:
+            return LedgerAnswer(url, error=f"redirects in a loop (more than {MAX_REDIRECTS})")
+        except (aiohttp.ClientError, OSError) as err:
+            return LedgerAnswer(url, error=self._why(url, err))
+
+    async def _get(self, url: str, etag: str | None) -> LedgerAnswer:
+        assert self._session is not None, "use LedgerReader in `async with`"  # noqa: S101
+        headers = {"Accept": "application/json"}
+        if etag:
+            headers["If-None-Match"] = etag
+        async with self._session.get(
+            f"{url}/ledger",
+            headers=headers,
+            max_redirects=MAX_REDIRECTS,
+            server_hostname=self.tls.server_name,
+            # One deadline for everything, the body included: a node that sends a byte a
+            # second is cut off as one that sends nothing.
+            timeout=self._deadline,
+        ) as response:
+            body, error = await _body(response)
+            return LedgerAnswer(
+                url,
+                status=response.status,
+                body=body,
+                content_type=response.headers.get("Content-Type", ""),
+                etag=response.headers.get("ETag"),
+                tick=response.headers.get(TICK_HEADER),
+                interval=response.headers.get(INTERVAL_HEADER),
+                error=error,
+            )
+
+    def _why(self, url: str, err: BaseException) -> str:
+        host = urlsplit(url).hostname or url
+        failed = tls_failure(err, self.tls, NODE_TLS, TlsPeer("the controller", host))
+        if failed is not None:
+            return f"{failed[0]} ({failed[1]})"
+        if isinstance(err, aiohttp.ServerDisconnectedError):
+            if url.startswith("https://"):
+                # Under TLS 1.3 a refused client certificate is told after the handshake: the
+                # client sees the connection close.
+                cert = self.tls.client_cert
+                given = f"the client certificate {cert}" if cert else "no client certificate"
+                return (
+                    f"closed the TLS connection without an answer ({given} was sent; it may "
+                    "require a client certificate it trusts: --node-client-cert, "
+                    "--node-client-key)"
+                )
+            return "closed the connection without an answer"
+        if isinstance(err, aiohttp.ClientPayloadError):
+            return f"sent a truncated answer ({err})"
+        if isinstance(err, aiohttp.ClientResponseError):
+            return f"answered something that is not HTTP ({err.message})"
+        if isinstance(err, aiohttp.ClientConnectorError):
+            os_error = err.os_error
+            return f"is unreachable ({os.strerror(os_error.errno) if os_error.errno else os_error})"
+        return f"is unreachable ({err or type(err).__name__})"
+
+
+async def _body(response: aiohttp.ClientResponse) -> tuple[bytes, str | None]:
+    """The body, up to ``MAX_BODY``; a larger one is not read (and is an error)."""
+    if response.status == 304:
+        return b"", None
+    if (response.content_length or 0) > MAX_BODY:
+        return b"", f"answered {response.content_length} bytes, more than a ledger can be"
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(65536):
+        size += len(chunk)
+        if size > MAX_BODY:
+            return b"", f"answered more than {MAX_BODY} bytes, more than a ledger can be"
+        chunks.append(chunk)
+    return b"".join(chunks), None

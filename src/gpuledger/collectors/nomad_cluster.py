@@ -1,0 +1,119 @@
+"""The fleet's view of Nomad: every node with its GPUs (desired), and Nomad's own service
+discovery (``/v1/service/<name>``, Nomad 1.3+) for clusters without Consul.
+
+The same settings, session, TLS and error messages as the node's reader (``collectors/nomad``):
+this is that reader, asked other questions. python-nomad has no call for ``/v1/service``: a
+python-nomad endpoint is made for it, so the session, token and errors stay the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from nomad.api.base import Requester
+
+from gpuledger.collectors.nomad import Call, NomadReader, NomadSettings
+from gpuledger.model.fleet import ClusterNode, Target
+
+NODE_READ_HINT = 'grant the token node { policy = "read" }'
+
+
+class _Service(Requester):  # type: ignore[misc]
+    ENDPOINT = "service"
+
+
+def _gpu_count(resources: Mapping[str, Any] | None) -> int:
+    """How many ``nvidia``/``gpu`` instances a node's ``NodeResources`` lists."""
+    count = 0
+    # go-codec encodes empty slices as null: Devices and Instances may both be None.
+    for device in (resources or {}).get("Devices") or ():
+        if device.get("Vendor") == "nvidia" and device.get("Type") == "gpu":
+            count += len(device.get("Instances") or ())
+    return count
+
+
+def _cluster_node(stub: Mapping[str, Any], resources: Mapping[str, Any] | None) -> ClusterNode:
+    node_id = stub.get("ID")
+    if not isinstance(node_id, str) or not node_id:
+        raise ValueError("a node without an ID")
+    return ClusterNode(
+        id=node_id,
+        name=str(stub.get("Name") or node_id),
+        status=str(stub.get("Status") or "unknown"),
+        eligible=stub.get("SchedulingEligibility") == "eligible",
+        drain=bool(stub.get("Drain")),
+        gpus=_gpu_count(resources),
+    )
+
+
+def _base(scheme: str, address: object, port: object) -> str:
+    if not isinstance(address, str) or not address or not isinstance(port, int):
+        raise ValueError(f"a registration without an address and port ({address!r}, {port!r})")
+    host = f"[{address}]" if ":" in address else address
+    return f"{scheme}://{host}:{port}"
+
+
+class NomadCluster(NomadReader):
+    """Reads the cluster's nodes and service registrations from Nomad."""
+
+    def __init__(self, settings: NomadSettings) -> None:
+        """Prepare the session; ``ConfigError`` if a file the settings name cannot be read."""
+        super().__init__(settings)
+        self._nodes = self._requester(self._client.nodes)
+        self._service = self._requester(_Service(**self._client.requester_settings))
+
+    def nodes(self) -> tuple[ClusterNode, ...]:
+        """Every node Nomad knows, with how many NVIDIA GPUs it fingerprinted."""
+        self._refresh_token()
+        call = Call("/v1/nodes?resources=true", "node:read", NODE_READ_HINT)
+        stubs = self._call(call, lambda: self._nodes.get_nodes(resources=True))
+        if not isinstance(stubs, list):
+            raise self._error(f"GET {call.path} answered no list", "check the Nomad version")
+        try:
+            return tuple(_cluster_node(s, self._resources(s)) for s in stubs)
+        except (ValueError, AttributeError, TypeError) as err:
+            raise self._error(
+                f"GET {call.path} answered a node gpuledger cannot read ({err})",
+                "report this with the Nomad version",
+            ) from None
+
+    def _resources(self, stub: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The stub's resources; a Nomad before 1.0 lists none: the node is asked itself."""
+        if "NodeResources" in stub:
+            return stub["NodeResources"]  # type: ignore[no-any-return]
+        node_id = str(stub.get("ID"))
+        call = Call(f"/v1/node/{node_id}", "node:read", NODE_READ_HINT)
+        doc = self._call(call, lambda: self._node.get_node(quote(node_id, safe="")))
+        return doc.get("NodeResources") if isinstance(doc, Mapping) else None
+
+    def service(self, name: str, namespace: str, scheme: str) -> tuple[Target, ...]:
+        """The registrations of service ``name`` in ``namespace``, as targets that carry the
+        Nomad node id each registration names."""
+        self._refresh_token()
+        path = f"/v1/service/{name}?namespace={namespace}"
+        call = Call(
+            path,
+            f"read-job in namespace {namespace!r}",
+            f'grant the token namespace "{namespace}" {{ capabilities = ["read-job"] }}, or '
+            "run the fleet with a workload identity (it may read every service registration)",
+        )
+        docs = self._call(
+            call,
+            lambda: self._service.request(
+                quote(name, safe=""), method="get", params={"namespace": namespace}
+            ).json(),
+        )
+        if not isinstance(docs, list):
+            raise self._error(f"GET {path} answered no list", "check that Nomad is 1.3 or later")
+        try:
+            return tuple(
+                Target(_base(scheme, d.get("Address"), d.get("Port")), node_id=d.get("NodeID"))
+                for d in docs
+            )
+        except (ValueError, AttributeError) as err:
+            raise self._error(
+                f"GET {path} answered a registration gpuledger cannot read ({err})",
+                "report this with the Nomad version",
+            ) from None

@@ -1,0 +1,88 @@
+"""``gpuledger demo --fleet``: a simulated fleet, watched by the real ``gpuledger fleet serve``.
+
+The simulated fleet (``sim/fleet.py``) serves many node controllers from this process, each on
+its own loopback address, with Consul's health API and Nomad's node and service APIs beside
+them; some nodes misbehave in every way the fleet must report, one GPU node has no controller,
+one is down. ``gpuledger fleet serve`` runs as a child process, discovering through Consul as on
+a real cluster, and its URL is printed; every ``DRIFT_EVERY_S`` some nodes change.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TextIO
+
+from gpuledger.commands.demo import port_free, run_watched
+from gpuledger.sim.consul_api import FakeConsul
+from gpuledger.sim.fleet import FleetSim, mixed_nodes
+from gpuledger.sim.nomad_api import FakeNomad
+
+FLEET_LISTEN = "127.0.0.1:9878"
+FLEET_INTERVAL = "5s"
+DRIFT_EVERY_S = 10.0
+ENDPOINTS = (
+    ("", "this page, a placeholder for now"),
+    ("fleet", "every node: status, GPUs by state, findings by level; jobs; totals (JSON)"),
+    ("findings", "the fleet's findings, worst first (JSON)"),
+    ("metrics", "gpuledger_fleet_* for Prometheus"),
+    ("healthz", "ok, or the sources that fail"),
+)
+
+
+def run_fleet_demo(
+    out: TextIO,
+    *,
+    stop: threading.Event | None = None,
+    listen: str | None = None,
+    drift_every: float = DRIFT_EVERY_S,
+) -> int:
+    """Serve the drifting simulated fleet until Ctrl-C (or ``stop``)."""
+    sim = FleetSim(mixed_nodes(healthy=8), own_addresses=True)
+    consul = FakeConsul(sim.consul_entries)
+    nomad = FakeNomad("00000000-0000-4000-8000-00000000f1ee", "nomad-server")
+    nomad.cluster = sim
+    sim.start()
+    consul.start()
+    nomad.start()
+    try:
+        flags = [
+            "--listen", listen or (FLEET_LISTEN if port_free(FLEET_LISTEN) else "127.0.0.1:0"),
+            "--interval", FLEET_INTERVAL, "--timeout", "2s",
+            "--consul", consul.url, "--nomad-addr", nomad.url,
+        ]  # fmt: skip
+        return _watch(sim, flags, out, stop or threading.Event(), drift_every)
+    finally:
+        nomad.stop()
+        consul.stop()
+        sim.stop()
+
+
+def _watch(
+    sim: FleetSim, flags: list[str], out: TextIO, stop: threading.Event, drift_every: float
+) -> int:
+    # The very command a user runs beside a real cluster; its log is relayed for failures.
+    return run_watched(
+        ["fleet", "serve", *flags],
+        out,
+        stop,
+        drift_every,
+        lambda: f"{sim.drift(0.3)} nodes drifted",
+        lambda url: _introduce(out, url, sim, drift_every),
+    )
+
+
+def _introduce(out: TextIO, url: str, sim: FleetSim, drift_every: float) -> None:
+    out.write(
+        f"A simulated Nomad GPU cluster of {len(sim.nodes)} nodes (their gpuledger controllers, "
+        f"Consul and Nomad), watched by gpuledger fleet serve every {FLEET_INTERVAL}. Open:\n"
+    )
+    for path, what in ENDPOINTS:
+        out.write(f"  {url}{path:<10} {what}\n")
+    out.write(
+        "\nSome controllers hang, answer 500, garbage, an HTML page, half a ledger, another "
+        "schema, a redirect loop, or stopped ticking; one GPU node has no controller, one is "
+        f"down. Every {drift_every:g} s some nodes drift.\nOn a real cluster: gpuledger fleet "
+        "serve --consul (or --nomad-service gpuledger, or --targets URL,...)\nCtrl-C stops the "
+        "demo.\n\n"
+    )
+    out.flush()

@@ -1,0 +1,174 @@
+"""``gpuledger fleet ls | check | serve``: the fleet controller, one level above the nodes.
+
+Desired: Nomad's nodes with GPUs. Observed: the node controllers found by ``--targets``,
+Consul's health API or Nomad's service discovery, each read at its ``/ledger``. ``ls`` and
+``check`` sweep once; ``serve`` sweeps every ``--interval`` (in the main thread's asyncio loop)
+and serves ``/fleet``, ``/findings``, ``/metrics`` and ``/healthz`` beside it. SIGTERM and
+SIGINT end it after the sweep in progress; SIGHUP reloads the policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TextIO
+
+import structlog
+
+from gpuledger.collectors.consul import ConsulCatalog, ConsulSettings
+from gpuledger.collectors.ledgers import LedgerReader
+from gpuledger.collectors.nomad import NomadSettings
+from gpuledger.collectors.nomad_cluster import NomadCluster
+from gpuledger.collectors.tls import TlsSettings
+from gpuledger.commands.logs import configure_logging
+from gpuledger.controller.clock import SystemClock
+from gpuledger.controller.fleet import Shard
+from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
+from gpuledger.model import Level
+from gpuledger.model.contract import fleet_doc, fleet_findings_doc
+from gpuledger.model.fleet import Fleet, Target
+from gpuledger.policy.rules import Policy
+from gpuledger.views.fleet_table import render_fleet, render_fleet_findings
+from gpuledger.web.fleet_app import FleetApp
+from gpuledger.web.server import bind
+
+EXIT_OK, EXIT_FOUND = 0, 1
+
+
+@dataclass(frozen=True)
+class Discover:
+    """Exactly one way to find the controllers."""
+
+    targets: tuple[str, ...] = ()
+    """Base URLs (``--targets``, ``--targets-file``), already checked."""
+    consul: ConsulSettings | None = None
+    consul_service: str = "gpuledger"
+    nomad_service: str | None = None
+    nomad_namespace: str = "default"
+    node_scheme: str = "http"
+    """The scheme of the controllers Consul or Nomad name (they give an address and port)."""
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """What the fleet commands are told besides the policy."""
+
+    discover: Discover
+    nomad: NomadSettings
+    nomad_nodes: bool = True
+    """``False`` (``--no-nomad``): the controllers only; none can be found missing."""
+    node_tls: TlsSettings = field(default_factory=TlsSettings)
+    concurrency: int = 64
+    timeout: float = 5.0
+    stale_after: timedelta = timedelta(minutes=2)
+    shard: Shard | None = None
+
+
+def fleet_config(options: FleetOptions) -> FleetConfig:
+    """The sources the options name; ``ConfigError`` for a setting that cannot be used."""
+    d = options.discover
+    needs_nomad = options.nomad_nodes or d.nomad_service is not None
+    cluster = NomadCluster(options.nomad) if needs_nomad else None
+    if d.consul is not None:
+        catalog = ConsulCatalog(d.consul, d.consul_service)
+        scheme = d.node_scheme
+        discovery = DiscoverySource("consul", catalog.label, lambda: catalog.instances(scheme))
+    elif d.nomad_service is not None and cluster is not None:
+        name, namespace, scheme = d.nomad_service, d.nomad_namespace, d.node_scheme
+        discovery = DiscoverySource(
+            "nomad-services",
+            f"Nomad service {name!r} (namespace {namespace})",
+            lambda: cluster.service(name, namespace, scheme),
+        )
+    else:
+        targets = tuple(Target(url) for url in d.targets)
+        discovery = DiscoverySource("targets", "--targets", lambda: targets)
+    return FleetConfig(
+        discovery=discovery,
+        nodes=cluster.nodes if cluster is not None and options.nomad_nodes else None,
+        tls=options.node_tls,
+        concurrency=options.concurrency,
+        timeout=options.timeout,
+        stale_after=options.stale_after,
+        shard=options.shard,
+    )
+
+
+def sweep_once(config: FleetConfig, policy: Policy) -> Fleet:
+    """One sweep of the fleet, as ``fleet ls`` and ``fleet check`` make it."""
+
+    async def once() -> Fleet:
+        async with LedgerReader(config.tls, config.concurrency, config.timeout) as reader:
+            return (await FleetController(config, policy).sweep(reader)).fleet
+
+    # Only what goes wrong is logged (stderr): the output is the fleet. The logging as it was is
+    # put back after: a process may run more than this one command.
+    before = structlog.get_config()
+    configure_logging(sys.stderr, logging.WARNING, once=True)
+    try:
+        return asyncio.run(once())
+    finally:
+        structlog.configure(**before)
+
+
+def fleet_ls(options: FleetOptions, policy: Policy, out: TextIO, as_json: bool) -> int:
+    """``gpuledger fleet ls``: 0 once the fleet is printed, whatever it holds."""
+    fleet = sweep_once(fleet_config(options), policy)
+    if as_json:
+        json.dump(fleet_doc(fleet), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(render_fleet(fleet))
+    return EXIT_OK
+
+
+def fleet_check(
+    options: FleetOptions, policy: Policy, out: TextIO, as_json: bool, exit_on: Level | None
+) -> int:
+    """``gpuledger fleet check``: 1 when a finding is at or above ``exit_on``."""
+    fleet = sweep_once(fleet_config(options), policy)
+    if as_json:
+        json.dump(fleet_findings_doc(fleet), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(render_fleet_findings(fleet))
+    level = exit_on if exit_on is not None else policy.exit_on
+    return EXIT_FOUND if any(f.level >= level for f in fleet.findings) else EXIT_OK
+
+
+@dataclass(frozen=True)
+class ServeFleet:
+    """What ``fleet serve`` is told besides its sources and policy."""
+
+    listen: str = ":9878"
+    interval: timedelta = timedelta(seconds=30)
+    policy_path: Path | None = None
+    web_config: Path | None = None
+    """``--web-config``: HTTPS and basic auth, as ``serve`` takes them."""
+
+
+def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: TextIO) -> int:
+    """Run the fleet controller until SIGTERM; 0 when it stopped as asked."""
+    config = fleet_config(options)
+    configure_logging(sys.stderr)
+    clock = SystemClock()
+    controller = FleetController(
+        config, policy, interval=serve.interval, policy_path=serve.policy_path, clock=clock
+    )
+    app = FleetApp(lambda: controller.snapshot, clock.now)
+    server = bind(app, serve.listen, serve.web_config)
+    threading.Thread(target=server.run, name="http", daemon=True).start()
+
+    def started() -> None:
+        for url in server.urls:
+            out.write(f"gpuledger fleet serve: listening on {url}\n")
+        out.flush()
+
+    controller.run(started)
+    return EXIT_OK

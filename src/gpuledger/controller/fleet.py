@@ -1,0 +1,427 @@
+"""The fleet's pure reconcile: Nomad's GPU nodes (desired) against the node controllers read.
+
+Two functions and nothing that reads a source or the clock:
+
+- ``judge_ledger`` judges one node's ledger again with the fleet's one policy, its durations
+  taken from the ledger's ``stateSince``, and keeps only what the fleet needs of it (counts,
+  findings) with the moment its judgement could next change without its ledger changing;
+- ``reconcile_fleet`` matches each controller to a Nomad node by the ``nomadNodeId`` its own
+  ledger reports (never by address or name), finds the GPU nodes with no reachable controller
+  (``controller-missing``), lists down nodes without flagging them, and counts it all.
+
+``Shard`` splits a fleet between instances by a stable hash of each node's Nomad node id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from gpuledger.controller.history import held_below
+from gpuledger.model import Code, Finding, GpuState, Ledger, Level, Since, SourceStatus
+from gpuledger.model.fleet import (
+    ClusterNode,
+    ControllerRead,
+    Desired,
+    Fleet,
+    FleetJob,
+    FleetNode,
+    JobRef,
+    NodeStatus,
+    NodeSummary,
+)
+from gpuledger.policy.evaluate import evaluate
+from gpuledger.policy.rules import Policy
+
+READY, DOWN = "ready", "down"
+_STATE_ORDER = {state: n for n, state in enumerate(GpuState)}
+
+
+# --------------------------------------------------------------------------- sharding
+
+
+def shard_of(key: str, count: int) -> int:
+    """Which of ``count`` shards ``key`` falls in: the first 8 bytes of its SHA-256, big-endian,
+    modulo ``count`` (the same on every machine and Python, unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % count
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count`` (``--shard K/N``, K from 0 as ``NOMAD_ALLOC_INDEX``)."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """``K/N`` with ``0 <= K < N``; ``ValueError`` says what is wrong."""
+        k, sep, n = text.partition("/")
+        if not sep or not k.strip().isdigit() or not n.strip().isdigit():
+            raise ValueError(f"{text!r} is not K/N, e.g. 0/3 (shard K of N, counting from 0)")
+        shard = cls(int(k), int(n))
+        if shard.count < 1 or shard.index >= shard.count:
+            raise ValueError(f"{text!r}: K must be at least 0 and below N (N at least 1)")
+        return shard
+
+    def keeps(self, key: str) -> bool:
+        """Whether the node whose Nomad node id (or, lacking one, URL) is ``key`` is ours."""
+        return self.count == 1 or shard_of(key, self.count) == self.index
+
+
+# --------------------------------------------------------------------------- one node
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One node's ledger judged by the fleet's policy."""
+
+    summary: NodeSummary
+    recheck_at: datetime | None
+    """When the judgement could change while the ledger stays the same (an idle GPU crossing
+    its ``after``); ``None``: not before the ledger changes."""
+    held_below: Mapping[str, datetime] = field(default_factory=dict)
+    """Since when each held GPU has been below the fleet's held-idle threshold."""
+
+
+def _bare(subject: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    # A finding's identity without the PID, which a crash-looping task changes.
+    return tuple(sorted((k, str(v)) for k, v in subject.items() if k != "pid"))
+
+
+def _counts(ledger: Ledger) -> tuple[dict[GpuState, int], dict[JobRef, dict[GpuState, int]]]:
+    """GPUs by state; and by job: the reserving job's, else (unaccounted) the first tenant's.
+
+    A MIG instance counts as a device of its own, as Nomad counts it; its card as ``mig``.
+    """
+    gpus: dict[GpuState, int] = {}
+    jobs: dict[JobRef, dict[GpuState, int]] = {}
+    for unit in ledger.units():
+        gpus[unit.state] = gpus.get(unit.state, 0) + 1
+        owner = unit.reservation or next((t.alloc for t in unit.tenants if t.alloc), None)
+        if owner is not None:
+            by_state = jobs.setdefault((owner.namespace or "", owner.job or ""), {})
+            by_state[unit.state] = by_state.get(unit.state, 0) + 1
+    return gpus, jobs
+
+
+def _recheck(ledger: Ledger, policy: Policy, since: Since, now: datetime) -> datetime | None:
+    """The first moment an idle rule could fire on this unchanged ledger (``evaluate``'s
+    ``reserved-idle`` and ``held-idle``: the only judgements that move with time alone)."""
+    due: list[datetime] = []
+    node = ledger.node.name
+    for unit in ledger.units():
+        res = unit.reservation
+        if res is None:
+            continue
+        if unit.state is GpuState.RESERVED_IDLE and unit.state_since is not None:
+            code, began = Code.RESERVED_IDLE, unit.state_since
+        elif unit.uuid in since.held_idle:
+            code, began = Code.HELD_IDLE, since.held_idle[unit.uuid]
+        else:
+            continue
+        rule = policy.rule(code, node, res.namespace, res.job, unit.profile)
+        if rule.level is not None and began + rule.after >= now:
+            due.append(began + rule.after)
+    return min(due, default=None)
+
+
+def judge_ledger(
+    ledger: Ledger, policy: Policy, now: datetime, held_before: Mapping[str, datetime]
+) -> Judgement:
+    """Judge ``ledger`` under the fleet's ``policy`` at ``now``.
+
+    Durations come from the ledger's ``stateSince``; the held-idle time from ``held_before``
+    (what the fleet saw at its previous sweeps). A finding keeps the ``since`` the node gave
+    the same finding (same code, GPU and subject but the PID).
+    """
+    held = {}
+    for unit in ledger.units():
+        if held_below(unit, policy, ledger.node.name):
+            held[unit.uuid] = held_before.get(unit.uuid, now)
+    since = Since(
+        gpu_state={
+            unit.uuid: (unit.state, unit.state_since)
+            for unit in ledger.units()
+            if unit.state_since is not None
+        },
+        held_idle=held,
+    )
+    opened = {(f.code, f.gpu, _bare(f.subject)): f.since for f in ledger.findings if f.since}
+    findings = tuple(
+        replace(f, since=opened.get((f.code, f.gpu, _bare(f.subject))))
+        for f in evaluate(ledger, policy, since, now)
+    )
+    gpus, jobs = _counts(ledger)
+    summary = NodeSummary(node=ledger.node, at=ledger.at, gpus=gpus, jobs=jobs, findings=findings)
+    return Judgement(summary, _recheck(ledger, policy, since, now), held)
+
+
+# --------------------------------------------------------------------------- the fleet
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """How controllers were found this sweep: the source's name, how it is shown, its status."""
+
+    name: str
+    """The key in the fleet document's ``sources``: ``targets``, ``consul``, ``nomad-services``."""
+    label: str
+    """What a message calls it: ``Consul service 'gpuledger'``."""
+    status: SourceStatus = field(default_factory=SourceStatus.up)
+
+
+_SOURCE_LABELS = {"nomad": "Nomad (the GPU nodes, /v1/nodes)"}
+
+
+def _finding(
+    policy: Policy,
+    code: Code,
+    node: str,
+    owner: str,
+    message: str,
+    subject: dict[str, str | int | None],
+) -> Finding | None:
+    rule = policy.rule(code, node)
+    if rule.level is None:
+        return None
+    return Finding(code, rule.level, None, node, message, subject, None, owner)
+
+
+@dataclass
+class _Row:
+    """A fleet row while it is built."""
+
+    key: str
+    name: str
+    node_id: str | None
+    url: str | None
+    status: NodeStatus
+    cluster: ClusterNode | None = None
+    read: ControllerRead | None = None
+    error: str | None = None
+    flags: list[Finding] = field(default_factory=list)
+
+    def gpus(self) -> Mapping[GpuState, int]:
+        if self.status is NodeStatus.OK and self.read and self.read.summary:
+            return self.read.summary.gpus
+        if self.status is NodeStatus.DOWN:
+            return {}  # out of service: not counted as anything
+        # Seen by Nomad, not readable by us: unknown, never free or idle.
+        known = self.cluster.gpus if self.cluster else self.read.gpus if self.read else 0
+        return {GpuState.UNKNOWN: known} if known else {}
+
+    def findings(self) -> tuple[Finding, ...]:
+        own = self.read.summary.findings if self.read and self.read.summary else ()
+        return (*self.flags, *own) if self.status is NodeStatus.OK else tuple(self.flags)
+
+    def node(self) -> FleetNode:
+        findings = self.findings()
+        by_level: dict[Level, int] = {}
+        for f in findings:
+            by_level[f.level] = by_level.get(f.level, 0) + 1
+        return FleetNode(
+            name=self.name,
+            nomad_node_id=self.node_id,
+            url=self.url,
+            status=self.status,
+            nomad_status=self.cluster.status if self.cluster else None,
+            eligible=self.cluster.eligible if self.cluster else None,
+            schema=self.read.schema if self.read else None,
+            error=self.error,
+            worst=max((f.level for f in findings), default=Level.OK),
+            gpus=self.gpus(),
+            findings=by_level,
+        )
+
+
+class _Reconcile:
+    """One reconcile: the inputs, and the rows as they are made."""
+
+    def __init__(self, policy: Policy, desired: Desired, discovery: Discovery) -> None:
+        self.policy, self.desired, self.discovery = policy, desired, discovery
+        self.known = {n.id: n for n in desired.nodes or ()}
+
+    def rows(self, reads: Sequence[ControllerRead]) -> Iterator[_Row]:
+        by_id: dict[str, list[ControllerRead]] = {}
+        for read in sorted(reads, key=lambda r: r.url):
+            by_id.setdefault(read.node_id or "", []).append(read)
+        for cluster in self.known.values():
+            if cluster.gpus:  # a node without GPUs is not desired; its controller is welcome
+                mine = by_id.pop(cluster.id, [])
+                yield self.desired_row(cluster, mine[:1])
+                yield from (self.duplicate(r, mine[0]) for r in mine[1:])
+        for node_id, group in by_id.items():
+            yield self.controller_row(group[0])
+            for read in group[1:]:
+                yield self.duplicate(read, group[0]) if node_id else self.controller_row(read)
+
+    def desired_row(self, cluster: ClusterNode, reads: list[ControllerRead]) -> _Row:
+        """A Nomad node: matched to its controller, else missing (down: listed, not flagged)."""
+        read = reads[0] if reads else None
+        row = _Row(
+            key=cluster.id,
+            name=cluster.name,
+            node_id=cluster.id,
+            url=read.url if read else None,
+            status=NodeStatus.MISSING,
+            cluster=cluster,
+            read=read,
+        )
+        if read is not None and read.status is NodeStatus.OK:
+            row.status = NodeStatus.OK
+            row.name = read.summary.node.name if read.summary else cluster.name
+            return row
+        if cluster.status == DOWN:
+            row.status = NodeStatus.DOWN
+            return row
+        if read is not None:
+            row.status, row.error = read.status, read.error
+        if not self.discovery.status.readable and read is None:
+            row.status = NodeStatus.UNREACHABLE
+            row.error = f"not read: {self.discovery.label} is unavailable"
+            return row  # the discovery's own finding says why, once
+        if read is not None and read.status is not NodeStatus.UNREACHABLE:
+            row.flags.extend(self.unavailable(row, read))
+        elif cluster.status == READY:
+            row.error = row.error or f"not discovered by {self.discovery.label}"
+            row.flags.extend(self.missing(cluster, read))
+        return row
+
+    def missing(self, cluster: ClusterNode, read: ControllerRead | None) -> Iterator[Finding]:
+        if read is None:
+            why = f"no controller that {self.discovery.label} lists reports this node id"
+        elif read.answered:
+            why = f"discovered at {read.url}, answering with an error: {read.error}"
+        else:
+            why = f"discovered at {read.url} but not answering: {read.error}"
+        found = _finding(
+            self.policy,
+            Code.CONTROLLER_MISSING,
+            cluster.name,
+            f"nomad-node:{cluster.id}",
+            f"Nomad node {cluster.name} ({cluster.id}) is ready with {cluster.gpus} GPUs and has "
+            f"no reachable gpuledger controller: {why}",
+            {"nomadNodeId": cluster.id, "url": read.url if read else None},
+        )
+        if found:
+            yield found
+
+    def unavailable(self, row: _Row, read: ControllerRead, why: str = "") -> Iterator[Finding]:
+        found = _finding(
+            self.policy,
+            Code.SOURCE_UNAVAILABLE,
+            row.name,
+            f"controller:{read.url}",
+            f"the gpuledger controller at {read.url} {why or read.error}",
+            {"source": "controller", "url": read.url, "nomadNodeId": row.node_id},
+        )
+        if found:
+            yield found
+
+    def controller_row(self, read: ControllerRead) -> _Row:
+        """A controller no Nomad GPU node claims: shown, and flagged when it cannot be trusted."""
+        summary = read.summary
+        name = summary.node.name if summary else read.name or read.url
+        row = _Row(
+            key=read.node_id or read.url,
+            name=name,
+            node_id=read.node_id,
+            url=read.url,
+            status=read.status,
+            cluster=self.known.get(read.node_id or ""),
+            read=read,
+            error=read.error,
+        )
+        if read.status is not NodeStatus.OK:
+            row.flags.extend(self.unavailable(row, read))
+        elif self.desired.nodes is not None and row.cluster is None:
+            why = (
+                f"reports the Nomad node id {read.node_id!r}, which Nomad does not know"
+                if read.node_id
+                else "reports no Nomad node id (is Nomad off on that node?)"
+            )
+            row.error = why
+            row.flags.extend(self.unavailable(row, read, why))
+        return row
+
+    def duplicate(self, read: ControllerRead, first: ControllerRead) -> _Row:
+        """A second controller for one node: shown, and flagged when it answers."""
+        row = self.controller_row(read)
+        if read.status is NodeStatus.OK:
+            row.error = f"reports the same Nomad node id as {first.url}"
+            row.flags.extend(self.unavailable(row, read, row.error))
+        return row
+
+    def source_findings(self) -> Iterator[Finding]:
+        statuses = {self.discovery.name: (self.discovery.label, self.discovery.status)}
+        statuses["nomad"] = (_SOURCE_LABELS["nomad"], self.desired.status)
+        for name, (label, status) in statuses.items():
+            if status.failing:
+                message = f"{label} unavailable: {status.error}"
+                if status.hint:
+                    message += f" ({status.hint})"
+                subject: dict[str, str | int | None] = {"source": name}
+                found = _finding(
+                    self.policy, Code.SOURCE_UNAVAILABLE, "", f"source:{name}", message, subject
+                )
+                if found:
+                    yield found
+
+
+def _jobs(rows: Iterable[_Row]) -> tuple[FleetJob, ...]:
+    jobs: dict[JobRef, dict[GpuState, int]] = {}
+    for row in rows:
+        if row.status is NodeStatus.OK and row.read and row.read.summary:
+            for ref, by_state in row.read.summary.jobs.items():
+                total = jobs.setdefault(ref, {})
+                for state, n in by_state.items():
+                    total[state] = total.get(state, 0) + n
+    return tuple(FleetJob(ns, job, gpus) for (ns, job), gpus in sorted(jobs.items()))
+
+
+def reconcile_fleet(
+    at: datetime,
+    policy: Policy,
+    desired: Desired,
+    discovery: Discovery,
+    reads: Sequence[ControllerRead],
+    shard: Shard | None = None,
+) -> Fleet:
+    """The fleet ledger of one sweep: a row per Nomad GPU node and per controller read, the
+    jobs, and every finding (the fleet's own and each node's, judged by the fleet's policy)."""
+    work = _Reconcile(policy, desired, discovery)
+    rows = [r for r in work.rows(reads) if shard is None or shard.keeps(r.key)]
+    rows.sort(key=lambda r: (r.name, r.url or ""))
+    sources = {discovery.name: discovery.status}
+    if desired.status.enabled:
+        sources["nomad"] = desired.status
+    findings = [*work.source_findings(), *(f for r in rows for f in r.findings())]
+    findings.sort(key=lambda f: (-f.level, f.node, f.gpu or "", f.code.value, f.owner))
+    return Fleet(
+        at=at,
+        sources=sources,
+        nodes=tuple(r.node() for r in rows),
+        jobs=_jobs(rows),
+        findings=tuple(findings),
+    )
+
+
+FindingKey = tuple[str, str, str | None, str]
+
+
+def date_findings(
+    fleet: Fleet, opened: Mapping[FindingKey, datetime]
+) -> tuple[Fleet, dict[FindingKey, datetime]]:
+    """Each finding dated: the node's own ``since`` where it gave one, else when this fleet
+    first saw it open (``opened``, from its earlier sweeps); and what is open now."""
+    now_open: dict[FindingKey, datetime] = {}
+    dated = []
+    for f in fleet.findings:
+        key = (f.node, f.code.value, f.gpu, f.owner)
+        since = f.since or opened.get(key) or fleet.at
+        now_open[key] = since
+        dated.append(f if f.since else replace(f, since=since))
+    return replace(fleet, findings=tuple(dated)), now_open

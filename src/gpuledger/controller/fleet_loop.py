@@ -1,0 +1,392 @@
+"""The fleet controller's sweep, and its loop.
+
+One sweep: discover the controllers (targets, Consul or Nomad's services) and read Nomad's
+nodes at once, then every controller's ``/ledger`` concurrently (``collectors/ledgers.py``);
+each answer is read as it arrives (a ledger, a ``304`` for the one kept, garbage, another
+schema, a loop that stopped ticking), judged by the fleet's policy, and dropped, so ten thousand
+ledgers are never held at once; then the pure reconcile (``controller/fleet.py``) makes the
+fleet ledger, and one immutable ``FleetSnapshot`` is published by a single attribute swap.
+
+What a sweep keeps for the next: each controller's ``ETag`` and judgement (an unchanged node is
+not parsed or judged again until an idle rule may fire), the Nomad node id each URL reported
+(so a controller that stops answering is still known as that node's), the last good discovery
+(Consul down is not every controller gone), and when each finding opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import structlog
+
+from gpuledger.collectors.ledgers import LedgerAnswer, LedgerReader
+from gpuledger.collectors.tls import TlsSettings
+from gpuledger.controller.clock import Clock, SystemClock
+from gpuledger.controller.fleet import (
+    Discovery,
+    FindingKey,
+    Judgement,
+    Shard,
+    date_findings,
+    judge_ledger,
+    reconcile_fleet,
+)
+from gpuledger.controller.history import GAP_INTERVALS
+from gpuledger.errors import PolicyError, SourceError
+from gpuledger.model import SourceStatus
+from gpuledger.model.contract import iso_time
+from gpuledger.model.contract_read import (
+    ContractError,
+    SchemaMismatchError,
+    parse_ledger,
+    parse_time,
+    schema_of,
+)
+from gpuledger.model.fleet import ClusterNode, ControllerRead, Desired, Fleet, NodeStatus, Target
+from gpuledger.policy.load import load_policy
+from gpuledger.policy.rules import Policy
+
+log = structlog.get_logger("gpuledger.fleet")
+
+SWEEP_SHARE = 0.8
+"""The share of the interval the controllers' reads may take, all together."""
+
+
+@dataclass(frozen=True)
+class DiscoverySource:
+    """How controllers are found: ``read`` returns them or raises a ``SourceError``."""
+
+    name: str
+    label: str
+    read: Callable[[], tuple[Target, ...]]
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """What a sweep reads, and how."""
+
+    discovery: DiscoverySource
+    nodes: Callable[[], tuple[ClusterNode, ...]] | None
+    """Nomad's nodes; ``None``: ``--no-nomad``."""
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    concurrency: int = 64
+    timeout: float = 5.0
+    stale_after: timedelta = timedelta(minutes=2)
+    """The age of a last tick that makes a controller stale when it does not say its interval."""
+    shard: Shard | None = None
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    """Everything the fleet's endpoints serve, as of one sweep. Never changed once published."""
+
+    fleet: Fleet
+    duration_s: float
+    interval: timedelta | None = None
+
+    def problems(self, now: datetime) -> list[str]:
+        """What keeps the fleet controller from being healthy, one line each."""
+        lines = [f"{name}: {s.error}" for name, s in self.fleet.sources.items() if s.failing]
+        age = now - self.fleet.at
+        if self.interval is not None and age > GAP_INTERVALS * self.interval:
+            lines.append(f"sweep: the last one finished {age.total_seconds():.0f}s ago")
+        return lines
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What the fleet remembers of one controller between sweeps."""
+
+    etag: str | None
+    judgement: Judgement
+    gpus: int
+
+
+def _human(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class FleetController:
+    """Sweeps the fleet: ``sweep`` once (``fleet ls``/``check``), or ``run`` until ``stop``."""
+
+    def __init__(
+        self,
+        config: FleetConfig,
+        policy: Policy,
+        *,
+        interval: timedelta | None = None,
+        policy_path: Path | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config, self.policy, self.interval = config, policy, interval
+        self.policy_path = policy_path
+        self.clock: Clock = clock or SystemClock()
+        self.snapshot: FleetSnapshot | None = None
+        self._kept: dict[str, _Kept] = {}
+        self._node_ids: dict[str, str] = {}
+        self._targets: tuple[Target, ...] | None = None
+        self._opened: dict[FindingKey, datetime] | None = {} if interval else None
+        self._failing: dict[str, str] = {}
+        # Bound to the loop that first waits on them (asyncio since 3.10), the one run() starts.
+        self._stop, self._wake = asyncio.Event(), asyncio.Event()
+        self._reload = False
+
+    # ---------------------------------------------------------------- one sweep
+
+    async def sweep(self, reader: LedgerReader) -> FleetSnapshot:
+        """Discover, read Nomad and every controller, reconcile, publish."""
+        started, at = self.clock.monotonic(), self.clock.now()
+        # Nomad's nodes are needed only to reconcile: read them while the ledgers are read.
+        nodes = asyncio.ensure_future(self._desired())
+        discovery = await self._discover()
+        targets = [t for t in self._targets or () if self._ours(t)]
+        deadline = None
+        if self.interval is not None:
+            spent = self.clock.monotonic() - started
+            budget = SWEEP_SHARE * self.interval.total_seconds() - spent
+            deadline = max(budget, self.config.timeout)
+        by_url = {t.url: t for t in targets}
+        asks = [(t.url, self._etag(t.url, at)) for t in targets]
+        reads = await reader.read_all(asks, deadline, lambda a: self._read(a, by_url[a.url], at))
+        desired = await nodes
+        self._forget(set(by_url))
+        fleet = reconcile_fleet(at, self.policy, desired, discovery, reads, self.config.shard)
+        if self._opened is not None:
+            fleet, self._opened = date_findings(fleet, self._opened)
+        snapshot = FleetSnapshot(fleet, self.clock.monotonic() - started, self.interval)
+        self.snapshot = snapshot  # one attribute swap: readers see the old or the new, whole
+        log.info(
+            "fleet.sweep_finished",
+            duration_s=round(snapshot.duration_s, 3),
+            nodes=len(fleet.nodes),
+            findings=len(fleet.findings),
+            worst=fleet.worst.name,
+        )
+        return snapshot
+
+    async def _discover(self) -> Discovery:
+        source = self.config.discovery
+        try:
+            self._targets = await asyncio.to_thread(source.read)
+        except SourceError as err:
+            # Keep the last good list: Consul down is not every controller gone.
+            self._source_failed(source.name, err)
+            return Discovery(source.name, source.label, SourceStatus.failed(err.message, err.hint))
+        self._source_up(source.name)
+        return Discovery(source.name, source.label)
+
+    async def _desired(self) -> Desired:
+        if self.config.nodes is None:
+            return Desired(None)
+        try:
+            nodes = await asyncio.to_thread(self.config.nodes)
+        except SourceError as err:
+            self._source_failed("nomad", err)
+            return Desired(None, SourceStatus.failed(err.message, err.hint))
+        self._source_up("nomad")
+        return Desired(nodes, SourceStatus.up())
+
+    def _ours(self, target: Target) -> bool:
+        """Whether this shard reads the target: every one whose ledger has not yet said which
+        node it is (a row is sharded by the id its ledger reports, so a registration's node
+        id, which a ledger may contradict, cannot decide)."""
+        shard = self.config.shard
+        node_id = self._node_ids.get(target.url)
+        return shard is None or node_id is None or shard.keeps(node_id)
+
+    def _etag(self, url: str, at: datetime) -> str | None:
+        """The ETag to send: none when the kept judgement may have changed with time alone."""
+        kept = self._kept.get(url)
+        if kept is None:
+            return None
+        due = kept.judgement.recheck_at
+        return None if due is not None and at >= due else kept.etag
+
+    def _forget(self, urls: set[str]) -> None:
+        """Drop what is kept of controllers no longer discovered (memory stays bounded)."""
+        for url in [u for u in self._kept if u not in urls]:
+            del self._kept[url]
+        for url in [u for u in self._node_ids if u not in urls]:
+            del self._node_ids[url]
+
+    # ---------------------------------------------------------------- one answer
+
+    def _read(self, answer: LedgerAnswer, target: Target, at: datetime) -> ControllerRead:
+        """What one controller's answer says, judged; its body is dropped here."""
+        hint = replace(
+            ControllerRead(target.url, NodeStatus.UNREACHABLE, answered=answer.status is not None),
+            node_id=target.node_id or self._node_ids.get(target.url),
+            name=target.name,
+        )
+        if answer.status is None or answer.error:
+            return replace(hint, error=answer.error)
+        if answer.status == 304 and target.url in self._kept:
+            same = self._kept[target.url]
+            return self._current(hint, same.judgement, same.gpus, answer, at)
+        if answer.status != 200:
+            return replace(hint, error=_http_error(answer))
+        try:
+            doc = json.loads(answer.body)
+        except ValueError as err:
+            kind = answer.content_type.split(";")[0] or "a body"
+            return replace(hint, error=f"answered {kind} that is not a JSON ledger ({err})")
+        try:
+            ledger = parse_ledger(doc)
+        except SchemaMismatchError as err:
+            return self._other_schema(hint, doc, err)
+        except ContractError as err:
+            return replace(hint, error=f"answered a ledger gpuledger cannot read: {err}")
+        kept = self._kept.get(target.url)
+        judgement = judge_ledger(ledger, self.policy, at, kept.judgement.held_below if kept else {})
+        self._kept[target.url] = _Kept(answer.etag, judgement, len(ledger.gpus))
+        if ledger.node.nomad_node_id:
+            self._node_ids[target.url] = ledger.node.nomad_node_id
+        return self._current(hint, judgement, len(ledger.gpus), answer, at)
+
+    def _current(
+        self,
+        hint: ControllerRead,
+        judgement: Judgement,
+        gpus: int,
+        answer: LedgerAnswer,
+        at: datetime,
+    ) -> ControllerRead:
+        """The judged ledger, unless the controller's loop has stopped ticking (stale)."""
+        node = judgement.summary.node
+        read = replace(hint, node_id=node.nomad_node_id or hint.node_id, name=node.name,
+                       schema=1, gpus=gpus)  # fmt: skip
+        try:
+            tick = parse_time(answer.tick, "tick") if answer.tick else judgement.summary.at
+            interval = float(answer.interval) if answer.interval else None
+        except (ContractError, ValueError):
+            return replace(read, error="answered a tick or interval header it cannot read")
+        age = at - tick
+        if interval is not None and interval > 0:
+            limit = timedelta(seconds=GAP_INTERVALS * interval)
+            of = f"three of its {interval:g}s intervals"
+        else:
+            limit, of = self.config.stale_after, f"--stale-after {_human(self.config.stale_after)}"
+        if age > limit:
+            return replace(
+                read,
+                status=NodeStatus.STALE,
+                error=f"last ticked at {iso_time(tick)}, {_human(age)} ago (more than {of}): "
+                "its loop has stopped while its HTTP still answers",
+            )
+        return replace(read, status=NodeStatus.OK, summary=judgement.summary, error=None)
+
+    def _other_schema(
+        self, hint: ControllerRead, doc: object, err: SchemaMismatchError
+    ) -> ControllerRead:
+        """A ledger of another contract: listed, its numbers not mixed in. Its identity block
+        is read where schema 1 has it, when it is still there."""
+        node = doc.get("node") if isinstance(doc, dict) else None
+        node_id = node.get("nomadNodeId") if isinstance(node, dict) else None
+        name = node.get("name") if isinstance(node, dict) else None
+        schema = err.schema if isinstance(err.schema, int) else None
+        return replace(
+            hint,
+            status=NodeStatus.SCHEMA_MISMATCH,
+            node_id=node_id if isinstance(node_id, str) else hint.node_id,
+            name=name if isinstance(name, str) else hint.name,
+            schema=schema,
+            error=f"answers the ledger contract schema {schema_of(doc)!r}; this fleet reads "
+            f"schema 1: run the same gpuledger version on the fleet and the nodes",
+        )
+
+    # ---------------------------------------------------------------- events
+
+    def _source_failed(self, name: str, err: SourceError) -> None:
+        if self._failing.get(name) != err.message:
+            log.warning("source.read_failed", source=name, error=err.message, hint=err.hint)
+        self._failing[name] = err.message
+
+    def _source_up(self, name: str) -> None:
+        if self._failing.pop(name, None) is not None:
+            log.info("source.recovered", source=name)
+
+    # ---------------------------------------------------------------- the loop
+
+    def stop(self) -> None:
+        """End ``run`` after the sweep in progress (SIGTERM, SIGINT)."""
+        self._stop.set()
+
+    def request_reload(self) -> None:
+        """Reload the policy before the next sweep, and sweep now (SIGHUP)."""
+        self._reload = True
+        self.stop_waiting()
+
+    def stop_waiting(self) -> None:
+        """Cut the wait for the next sweep short."""
+        self._wake.set()
+
+    def run(self, started: Callable[[], None] = lambda: None) -> None:
+        """Sweep every interval until ``stop``; ``started`` is called once the loop runs."""
+        asyncio.run(self._run(started))
+
+    async def _run(self, started: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+        for sig, handler in ((signal.SIGTERM, self.stop), (signal.SIGINT, self.stop),
+                             (signal.SIGHUP, self.request_reload)):  # fmt: skip
+            loop.add_signal_handler(sig, handler)
+        started()
+        period = (self.interval or timedelta(seconds=30)).total_seconds()
+        config = self.config
+        async with LedgerReader(config.tls, config.concurrency, config.timeout) as reader:
+            while not self._stop.is_set():
+                took = await self._safe_sweep(reader)
+                if took >= period:
+                    log.warning("fleet.sweep_overran", duration_s=round(took, 3), interval_s=period)
+                    continue  # the next starts at once rather than piling up
+                await self._wait(period - took)
+        log.info("fleet.stopped")
+
+    async def _safe_sweep(self, reader: LedgerReader) -> float:
+        """One sweep (after a reload asked for); a bug is logged, the loop goes on. Seconds."""
+        began = self.clock.monotonic()
+        if self._reload:
+            self._reload = False
+            self.reload_policy()
+        try:
+            await self.sweep(reader)
+        except Exception as exc:  # the loop must outlive a bug
+            log.exception("fleet.sweep_crashed", error=repr(exc))
+        return self.clock.monotonic() - began
+
+    async def _wait(self, seconds: float) -> None:
+        """Until the next sweep is due, or a signal comes."""
+        self._wake.clear()
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._wake)]
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in waits:
+            waiting.cancel()
+
+    def reload_policy(self) -> None:
+        """Load the policy file again; a bad one keeps the last good one (logged)."""
+        if self.policy_path is None:
+            return
+        try:
+            policy = load_policy(self.policy_path)
+        except PolicyError as exc:
+            log.error(  # noqa: TRY400 - a user's mistake, not a bug: no traceback
+                "policy.reload_failed", policy=str(self.policy_path), problems=exc.problems
+            )
+            return
+        self.policy = policy
+        self._kept.clear()  # every ledger is judged again under the new policy
+        log.info("policy.reloaded", policy=str(self.policy_path))
+
+
+def _http_error(answer: LedgerAnswer) -> str:
+    first = answer.body[:200].decode("utf-8", "replace").strip().splitlines()
+    said = f": {first[0][:120]}" if first else ""
+    return f"answered HTTP {answer.status}{said}"

@@ -1,0 +1,350 @@
+"""The ledger document read back into values: the fleet reads its nodes' ``/ledger``.
+
+The inverse of ``contract.ledger_doc``, checking the shape of every value it reads: a document
+that is not what the contract says raises ``ContractError`` naming the key (``gpus[2].state``),
+never a ``KeyError`` or ``TypeError`` from deep inside; one of another ``schema`` raises
+``SchemaMismatchError``. Keys a later version may add are ignored (adding a key does not bump the
+schema), and so are a source or a reason this version does not know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from gpuledger.model.contract import SCHEMA
+from gpuledger.model.values import (
+    AllocRef,
+    Code,
+    Container,
+    Finding,
+    Gpu,
+    GpuProcess,
+    GpuState,
+    Ledger,
+    LedgerGpu,
+    LedgerInstance,
+    Level,
+    MigInstance,
+    MissingDevice,
+    NodeInfo,
+    Reason,
+    SourceName,
+    SourceStatus,
+    Tenant,
+    TenantFacts,
+    Verdict,
+)
+
+_STATES = {s.value: s for s in GpuState}
+_VERDICTS = {v.value: v for v in Verdict}
+_REASONS = {r.value: r for r in Reason}
+_SOURCES = {s.value: s for s in SourceName}
+_CODES = {c.value: c for c in Code}
+_LEVELS = {level.name: level for level in Level}
+_RUNTIMES = ("docker", "podman")
+
+
+class ContractError(ValueError):
+    """A document that is not what the JSON contract says; the message names the key."""
+
+
+class SchemaMismatchError(ContractError):
+    """A document of another contract version than this gpuledger reads."""
+
+    def __init__(self, schema: object) -> None:
+        super().__init__(f"schema {schema!r}, not {SCHEMA}")
+        self.schema = schema
+
+
+def _fail(where: str, what: str, value: object) -> ContractError:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return ContractError(f"{where}: {what}, not {shown}")
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What a value may be: its exact types (``type(True)`` is ``bool``, never ``int``)."""
+
+    types: frozenset[type]
+    expected: str
+
+
+_NONE = type(None)
+_OBJ = _Kind(frozenset({dict}), "expected an object")
+_LIST = _Kind(frozenset({list}), "expected a list")
+_STR = _Kind(frozenset({str}), "expected a string")
+_OPT_STR = _Kind(frozenset({str, _NONE}), "expected a string or null")
+_INT = _Kind(frozenset({int}), "expected an integer")
+_OPT_INT = _Kind(frozenset({int, _NONE}), "expected an integer or null")
+_OPT_NUM = _Kind(frozenset({int, float, _NONE}), "expected a number or null")
+_BOOL = _Kind(frozenset({bool}), "expected true or false")
+_OPT_BOOL = _Kind(frozenset({bool, _NONE}), "expected true, false or null")
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: _Kind, where: str) -> Any:
+    """``obj[key]`` when it is of ``kind`` (a missing key is null); else ``ContractError``
+    naming ``where.key``. The path is written only on failure: ten thousand ledgers a sweep."""
+    value = obj.get(key)
+    if type(value) not in kind.types:
+        raise _fail(f"{where}.{key}", kind.expected, value)
+    return value
+
+
+def _obj(value: object, where: str) -> Mapping[str, Any]:
+    if type(value) is not dict:
+        raise _fail(where, _OBJ.expected, value)
+    return value
+
+
+def parse_time(value: object, where: str) -> datetime:
+    """An instant as the contract writes it (ISO 8601, ``Z`` for UTC), aware."""
+    if type(value) is not str:
+        raise _fail(where, _STR.expected, value)
+    text = value
+    try:
+        # Python 3.10's fromisoformat does not take the Z the contract writes.
+        at = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        raise _fail(where, "expected an ISO 8601 time", value) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+
+
+def schema_of(doc: object) -> object:
+    """The ``schema`` a document says it follows (``None`` when it says none)."""
+    return doc.get("schema") if isinstance(doc, dict) else None
+
+
+def parse_node(doc: object, where: str = "node") -> NodeInfo:
+    """The node block every document carries."""
+    node = _obj(doc, where)
+    return NodeInfo(
+        name=_field(node, "name", _STR, where),
+        nomad_node_id=_field(node, "nomadNodeId", _OPT_STR, where),
+        version=_field(node, "version", _STR, where),
+    )
+
+
+def _source(doc: object, where: str) -> SourceStatus:
+    s = _obj(doc, where)
+    enabled = "enabled" not in s or _field(s, "enabled", _BOOL, where)
+    ok = _field(s, "ok", _BOOL, where)
+    error = _field(s, "error", _OPT_STR, where)
+    if not enabled:
+        return SourceStatus.off()
+    return SourceStatus.up() if ok else SourceStatus.failed(error or "unreadable")
+
+
+def _alloc(doc: object, where: str, id_key: str) -> AllocRef | None:
+    if doc is None:
+        return None
+    a = _obj(doc, where)
+    return AllocRef(
+        id=_field(a, id_key, _STR, where),
+        namespace=_field(a, "namespace", _OPT_STR, where),
+        job=_field(a, "job", _OPT_STR, where),
+        group=_field(a, "group", _OPT_STR, where),
+        task=_field(a, "task", _OPT_STR, where),
+    )
+
+
+def _container(doc: object, where: str) -> Container | None:
+    if doc is None:
+        return None
+    c = _obj(doc, where)
+    runtime = c.get("runtime")
+    if runtime not in _RUNTIMES:
+        raise _fail(f"{where}.runtime", "expected docker or podman", runtime)
+    return Container(
+        id=_field(c, "id", _STR, where), name=_field(c, "name", _STR, where), runtime=runtime
+    )
+
+
+def _tenant(doc: object, where: str) -> Tenant:
+    t = _obj(doc, where)
+    verdict = _VERDICTS.get(t.get("verdict"))  # type: ignore[arg-type]
+    if verdict is None:
+        raise _fail(f"{where}.verdict", f"expected one of {', '.join(_VERDICTS)}", t.get("verdict"))
+    reason = _field(t, "reason", _OPT_STR, where)
+    container, alloc = t.get("container"), t.get("alloc")
+    facts = TenantFacts(
+        process=_field(t, "process", _OPT_STR, where),
+        command=_field(t, "command", _OPT_STR, where),
+        container=None if container is None else _container(container, f"{where}.container"),
+        alloc=None if alloc is None else _alloc(alloc, f"{where}.alloc", "id"),
+        alloc_from_name=_field(t, "allocFromName", _BOOL, where),
+        alloc_visible=_field(t, "allocVisible", _BOOL, where),
+        verdict=verdict,
+        reason=_REASONS.get(reason) if reason is not None else None,
+    )
+    return Tenant(
+        pid=_field(t, "pid", _INT, where),
+        used_memory_mib=_field(t, "usedMemoryMiB", _OPT_INT, where),
+        facts=facts,
+    )
+
+
+def _state(doc: Mapping[str, Any], where: str) -> GpuState:
+    state = _STATES.get(doc.get("state"))  # type: ignore[arg-type]
+    if state is None:
+        raise _fail(f"{where}.state", f"expected one of {', '.join(_STATES)}", doc.get("state"))
+    return state
+
+
+def _reservation(doc: Mapping[str, Any], where: str) -> AllocRef | None:
+    reservation = doc.get("reservation")
+    if reservation is None:
+        return None
+    return _alloc(reservation, f"{where}.reservation", "allocId")
+
+
+def _since(doc: Mapping[str, Any], where: str) -> datetime | None:
+    since = doc.get("stateSince")
+    return None if since is None else parse_time(since, f"{where}.stateSince")
+
+
+def _tenants(doc: Mapping[str, Any], where: str) -> tuple[Tenant, ...]:
+    tenants = _field(doc, "tenants", _LIST, where)
+    return tuple(_tenant(t, f"{where}.tenants[{i}]") for i, t in enumerate(tenants))
+
+
+def _instance(doc: object, where: str, card: Gpu) -> LedgerInstance:
+    """A MIG instance under its card (``gpus[].instances``)."""
+    i = _obj(doc, where)
+    instance = MigInstance(
+        parent_uuid=card.uuid,
+        uuid=_field(i, "uuid", _STR, where),
+        profile=_field(i, "profile", _OPT_STR, where),
+        gpu_instance_id=_field(i, "gpuInstanceId", _OPT_INT, where),
+        compute_instance_id=_field(i, "computeInstanceId", _OPT_INT, where),
+        memory_used_mib=_field(i, "memoryUsedMiB", _OPT_INT, where),
+        memory_total_mib=_field(i, "memoryTotalMiB", _OPT_INT, where),
+    )
+    return LedgerInstance(
+        instance=instance,
+        card_index=card.index,
+        state=_state(i, where),
+        reservation=_reservation(i, where),
+        tenants=_tenants(i, where),
+        state_since=_since(i, where),
+    )
+
+
+def _gpu(doc: object, where: str) -> LedgerGpu:
+    g = _obj(doc, where)
+    state = _state(g, where)
+    util = _field(g, "utilizationPercent", _OPT_NUM, where)
+    gpu = Gpu(
+        index=_field(g, "index", _INT, where),
+        uuid=_field(g, "uuid", _STR, where),
+        name=_field(g, "name", _STR, where),
+        utilization_percent=None if util is None else float(util),
+        memory_used_mib=_field(g, "memoryUsedMiB", _OPT_INT, where),
+        memory_total_mib=_field(g, "memoryTotalMiB", _OPT_INT, where),
+        temperature_c=_field(g, "temperatureC", _OPT_INT, where),
+        thermal_margin_c=_field(g, "thermalMarginC", _OPT_INT, where),
+        thermal_slowdown=_field(g, "thermalSlowdown", _OPT_BOOL, where),
+        encoder_sessions=_field(g, "encoderSessions", _OPT_INT, where),
+        mig_enabled=_field(g, "migEnabled", _OPT_BOOL, where),
+        mig_pending=_field(g, "migPending", _OPT_BOOL, where),
+    )
+    # A controller older than MIG support sends no "instances": a list of none.
+    instances = g.get("instances") or []
+    if type(instances) is not list:
+        raise _fail(f"{where}.instances", _LIST.expected, instances)
+    return LedgerGpu(
+        gpu=gpu,
+        state=state,
+        reservation=_reservation(g, where),
+        tenants=_tenants(g, where),
+        state_since=_since(g, where),
+        encoder_cap=_field(g, "encoderSessionCap", _OPT_INT, where),
+        instances=tuple(
+            _instance(i, f"{where}.instances[{n}]", gpu) for n, i in enumerate(instances)
+        ),
+    )
+
+
+def _missing(doc: object, where: str) -> MissingDevice:
+    d = _obj(doc, where)
+    reservation = _alloc(d.get("reservation"), f"{where}.reservation", "allocId")
+    if reservation is None:
+        raise _fail(f"{where}.reservation", _OBJ.expected, None)
+    return MissingDevice(uuid=_field(d, "uuid", _STR, where), reservation=reservation)
+
+
+def _unlisted(doc: object, where: str) -> GpuProcess:
+    p = _obj(doc, where)
+    return GpuProcess(
+        gpu_uuid=_field(p, "gpuUuid", _STR, where),
+        pid=_field(p, "pid", _INT, where),
+        process_name=_field(p, "process", _OPT_STR, where),
+        used_memory_mib=_field(p, "usedMemoryMiB", _OPT_INT, where),
+    )
+
+
+def _optional_list(top: Mapping[str, Any], key: str) -> list[Any]:
+    """A list key added after the first release: absent from older controllers' documents."""
+    value = top.get(key) or []
+    if type(value) is not list:
+        raise _fail(key, _LIST.expected, value)
+    return value
+
+
+def parse_finding(doc: object, where: str) -> Finding | None:
+    """One finding; ``None`` for a code this version does not know."""
+    f = _obj(doc, where)
+    code = _CODES.get(f.get("code"))  # type: ignore[arg-type]
+    level = _LEVELS.get(f.get("level"))  # type: ignore[arg-type]
+    if level is None:
+        raise _fail(f"{where}.level", "expected OK, WARN, BAD or ERROR", f.get("level"))
+    subject = _field(f, "subject", _OBJ, where)
+    if code is None:
+        return None
+    since = f.get("since")
+    return Finding(
+        code=code,
+        level=level,
+        gpu=_field(f, "gpu", _OPT_STR, where),
+        node=_field(f, "node", _STR, where),
+        message=_field(f, "message", _STR, where),
+        subject=dict(subject),
+        since=None if since is None else parse_time(since, f"{where}.since"),
+    )
+
+
+def parse_ledger(doc: object) -> Ledger:
+    """The ledger a ``/ledger`` document describes; ``ContractError`` names what is wrong."""
+    top = _obj(doc, "document")
+    schema = top.get("schema")
+    if schema != SCHEMA or isinstance(schema, bool):
+        if isinstance(schema, int) and not isinstance(schema, bool):
+            raise SchemaMismatchError(schema)
+        raise _fail("schema", f"expected {SCHEMA}", schema)
+    sources = _obj(top.get("sources"), "sources")
+    gpus = _field(top, "gpus", _LIST, "document")
+    findings = _field(top, "findings", _LIST, "document")
+    parsed = (parse_finding(f, f"findings[{i}]") for i, f in enumerate(findings))
+    return Ledger(
+        node=parse_node(top.get("node")),
+        at=parse_time(top.get("at"), "at"),
+        sources={
+            _SOURCES[name]: _source(s, f"sources.{name}")
+            for name, s in sources.items()
+            if name in _SOURCES
+        },
+        gpus=tuple(_gpu(g, f"gpus[{i}]") for i, g in enumerate(gpus)),
+        findings=tuple(f for f in parsed if f is not None),
+        missing=tuple(
+            _missing(d, f"missingDevices[{i}]")
+            for i, d in enumerate(_optional_list(top, "missingDevices"))
+        ),
+        unlisted=tuple(
+            _unlisted(p, f"unlistedProcesses[{i}]")
+            for i, p in enumerate(_optional_list(top, "unlistedProcesses"))
+        ),
+    )

@@ -1,0 +1,161 @@
+"""Value types of the fleet: Nomad's nodes, what each node controller said, the fleet ledger.
+
+The fleet controller reconciles, one level up, what Nomad says the cluster's GPU nodes are
+(desired) with the node controllers it discovers and reads (observed). These values carry what
+the collectors read and what the pure reconcile (``controller/fleet.py``) makes of it; the JSON
+contract writes them (``contract.fleet_doc``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpuledger.model.values import Finding, GpuState, Level, NodeInfo, SourceStatus
+
+
+class NodeStatus(str, enum.Enum):
+    """What the fleet saw of one node (README, "The fleet controller")."""
+
+    OK = "ok"
+    """Its controller answered a current ledger."""
+    STALE = "stale"
+    """Its controller answers, but its last tick is older than three of its intervals."""
+    UNREACHABLE = "unreachable"
+    """Its controller was discovered but did not answer, or answered with an error."""
+    MISSING = "missing"
+    """Nomad lists it, with GPUs, and no controller was discovered for it."""
+    DOWN = "down"
+    """Nomad says the node is down: listed, never flagged for a missing controller."""
+    SCHEMA_MISMATCH = "schema-mismatch"
+    """Its controller answers another version of the ledger contract."""
+
+
+JobRef = tuple[str, str]
+"""A job of the fleet: (namespace, Nomad job)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterNode:
+    """One node as Nomad lists it (``/v1/nodes?resources=true``)."""
+
+    id: str
+    name: str
+    status: str
+    """``ready``, ``down``, ``initializing`` or ``disconnected``."""
+    eligible: bool
+    drain: bool = False
+    gpus: int = 0
+    """How many ``nvidia``/``gpu`` device instances Nomad fingerprinted on it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A node controller to read: its base URL (``<url>/ledger`` is read), and what discovery
+    says of it (Nomad's service registrations name the node id; Consul names its node)."""
+
+    url: str
+    node_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """What the fleet keeps of one node's ledger once judged by the fleet's policy: the counts
+    and the findings, not the ledger (ten thousand ledgers would not fit in memory)."""
+
+    node: NodeInfo
+    at: datetime
+    gpus: Mapping[GpuState, int]
+    jobs: Mapping[JobRef, Mapping[GpuState, int]]
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerRead:
+    """One discovered controller, as this sweep found it."""
+
+    url: str
+    status: NodeStatus
+    """``OK``, ``STALE``, ``UNREACHABLE`` or ``SCHEMA_MISMATCH``."""
+    summary: NodeSummary | None = None
+    """The judged ledger (``OK`` only)."""
+    error: str | None = None
+    """Why the controller cannot be trusted this sweep (every status but ``OK``)."""
+    answered: bool = False
+    """It answered HTTP (with an error or a ledger it cannot be trusted for)."""
+    node_id: str | None = None
+    """The Nomad node id it reported, or that discovery or an earlier sweep attributes to it."""
+    name: str | None = None
+    """The node name it reported, or that discovery gives."""
+    schema: int | None = None
+    """The contract schema it answered, when it answered a document."""
+    gpus: int = 0
+    """How many GPUs its last readable ledger had (for a stale controller's unknown GPUs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Desired:
+    """Nomad's nodes, or why they are not known (``nodes`` is ``None``: off or unread)."""
+
+    nodes: tuple[ClusterNode, ...] | None
+    status: SourceStatus = field(default_factory=SourceStatus.off)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNode:
+    """One row of the fleet ledger."""
+
+    name: str
+    nomad_node_id: str | None
+    url: str | None
+    status: NodeStatus
+    nomad_status: str | None
+    eligible: bool | None
+    schema: int | None
+    error: str | None
+    worst: Level
+    gpus: Mapping[GpuState, int]
+    findings: Mapping[Level, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetJob:
+    """A Nomad job's GPUs across the fleet, by state."""
+
+    namespace: str
+    job: str
+    gpus: Mapping[GpuState, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """The fleet ledger of one sweep."""
+
+    at: datetime
+    sources: Mapping[str, SourceStatus]
+    nodes: tuple[FleetNode, ...]
+    jobs: tuple[FleetJob, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def worst(self) -> Level:
+        """The highest level among the findings, ``OK`` when there are none."""
+        return max((f.level for f in self.findings), default=Level.OK)
+
+    def node_totals(self) -> dict[NodeStatus, int]:
+        """How many nodes have each status (every status, zeros included)."""
+        totals = dict.fromkeys(NodeStatus, 0)
+        for node in self.nodes:
+            totals[node.status] += 1
+        return totals
+
+    def gpu_totals(self) -> dict[GpuState, int]:
+        """How many GPUs of the fleet are in each state (every state, zeros included)."""
+        totals = dict.fromkeys(GpuState, 0)
+        for node in self.nodes:
+            for state, count in node.gpus.items():
+                totals[state] += count
+        return totals

@@ -1,0 +1,617 @@
+"""A simulated fleet: many node controllers served from one process, drifting as nodes do.
+
+Each simulated node answers ``GET /ledger`` as ``gpuledger serve`` does (the README's JSON
+contract, written here without the code that writes it for real: a fake must not agree with
+the reader by construction): an ``ETag`` over what the ledger says but not when, ``304`` to an
+``If-None-Match`` that names it, and ``X-Gpuledger-Tick``/``X-Gpuledger-Interval`` on every
+answer. Nodes are reached under a path prefix on one port (``http://127.0.0.1:P/node/<name>``:
+ten thousand nodes need no ten thousand sockets), or, for discovery through Consul and Nomad
+(which give an address and a port, no path), each on its own loopback address and one shared
+port (``http://127.0.1.7:P``: all of 127.0.0.0/8 is loopback on Linux).
+
+A node may misbehave as real ones do: hang, answer 500, garbage, an HTML page, a truncated
+ledger, a ledger of ``"schema": 2``, a redirect loop, a loop that stopped ticking (stale), a
+node id Nomad does not know, or no answer at all (dead). ``consul_entries``, ``nomad_nodes`` and
+``nomad_services`` describe the same fleet as Consul's health API and Nomad's node and service
+APIs do (``sim/consul_api.py``, ``sim/nomad_api.py`` serve them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import socket
+import ssl
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from aiohttp import web
+
+Fault = Literal[
+    "hang",
+    "500",
+    "garbage",
+    "html",
+    "truncated",
+    "schema-2",
+    "redirect-loop",
+    "stale",
+    "unknown-id",
+    "dead",
+]
+FAULTS: tuple[Fault, ...] = (
+    "hang", "500", "garbage", "html", "truncated", "schema-2", "redirect-loop", "stale",
+    "unknown-id", "dead",
+)  # fmt: skip
+
+SIM_VERSION = "0.1.0"
+JOBS = (
+    ("research", "train-llm", "trainer"),
+    ("research", "sweep", "trial"),
+    ("default", "notebook", "jupyter"),
+    ("batch", "etl-nightly", "embed"),
+    ("inference", "serve-llm", "vllm"),
+)
+CARDS = {"NVIDIA H200": 143771, "NVIDIA H100 80GB HBM3": 81559, "NVIDIA L40S": 46068}
+
+
+def _uuid(*parts: object) -> str:
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-8{digest[17:20]}-{digest[20:32]}"
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class SimGpu:
+    """One GPU of a simulated node, and what runs on it."""
+
+    index: int
+    uuid: str
+    card: str
+    state: str
+    since: float
+    utilization: float
+    job: tuple[str, str, str] | None = None
+    """(namespace, job, task) of the reserving allocation."""
+    tenant: Literal["own", "unreserved", "unmanaged"] | None = None
+
+
+@dataclass
+class SimNode:
+    """One node of the simulated fleet, as Nomad knows it and as its controller answers."""
+
+    name: str
+    node_id: str
+    gpus: list[SimGpu]
+    controller: bool = True
+    """Whether a gpuledger controller runs there (a GPU node without one is missing)."""
+    nomad_status: str = "ready"
+    fault: Fault | None = None
+    interval: float = 15.0
+    generation: int = 0
+    address: str = "127.0.0.1"
+    """Its own loopback address, in the own-address mode."""
+    consul_passing: bool = True
+    """Whether Consul's check of it passes (a dead controller's may not have failed yet)."""
+    phase: float = 0.0
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+def _alloc_id(node: SimNode, gpu: SimGpu) -> str:
+    return _uuid(node.node_id, "alloc", gpu.job, gpu.index // 2)
+
+
+def _tenant(node: SimNode, gpu: SimGpu) -> dict[str, Any]:
+    namespace, job, task = gpu.job or ("default", "stray", "main")
+    alloc = {"id": _alloc_id(node, gpu), "namespace": namespace, "job": job, "group": job,
+             "task": task}  # fmt: skip
+    if gpu.tenant == "unmanaged":
+        return {"pid": 7000 + gpu.index, "process": "python3", "command": "python3 notebook.py",
+                "usedMemoryMiB": 9000, "container": None, "alloc": None, "allocFromName": False,
+                "allocVisible": False, "verdict": "unmanaged", "reason": None}  # fmt: skip
+    cid = hashlib.sha256(f"{node.name}/{gpu.index}".encode()).hexdigest()
+    return {
+        "pid": 40000 + 10 * gpu.index + node.generation % 7,
+        "process": "python3",
+        "command": f"python3 {task}.py --epochs 40 --api-key ***",
+        "usedMemoryMiB": int(gpu.utilization * 1000),
+        "container": {"id": cid, "name": f"{task}-{alloc['id']}", "runtime": "docker"},
+        "alloc": alloc,
+        "allocFromName": False,
+        "allocVisible": True,
+        "verdict": gpu.tenant,
+        "reason": None,
+    }
+
+
+def _gpu_doc(node: SimNode, gpu: SimGpu) -> dict[str, Any]:
+    reservation = None
+    if gpu.job is not None and gpu.tenant != "unreserved":
+        namespace, job, task = gpu.job
+        reservation = {"allocId": _alloc_id(node, gpu), "namespace": namespace, "job": job,
+                       "group": job, "task": task}  # fmt: skip
+    busy = gpu.tenant is not None
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "name": gpu.card,
+        "state": gpu.state,
+        "stateSince": _iso(gpu.since),
+        "utilizationPercent": round(gpu.utilization, 1),
+        "memoryUsedMiB": int(gpu.utilization * 1000) if busy else 0,
+        "memoryTotalMiB": CARDS[gpu.card],
+        "temperatureC": 35 + int(gpu.utilization / 3),
+        "thermalMarginC": 50 - int(gpu.utilization / 3),
+        "thermalSlowdown": False,
+        "encoderSessions": 0,
+        "encoderSessionCap": None,
+        "reservation": reservation,
+        "tenants": [_tenant(node, gpu)] if busy else [],
+    }
+
+
+def _finding(node: SimNode, gpu: SimGpu, code: str, level: str, message: str,
+             subject: dict[str, Any], since: float) -> dict[str, Any]:  # fmt: skip
+    return {"code": code, "level": level, "gpu": gpu.uuid, "node": node.name, "message": message,
+            "subject": subject, "since": _iso(since)}  # fmt: skip
+
+
+_TENANT_FINDINGS = {
+    "unreserved": ("unreserved-tenant", "BAD"),
+    "unmanaged": ("unmanaged-tenant", "WARN"),
+}
+
+
+def _findings(node: SimNode, at: float) -> list[dict[str, Any]]:
+    """The node's own findings (its own policy's; the fleet judges again with its own)."""
+    found = []
+    for gpu in node.gpus:
+        kind = _TENANT_FINDINGS.get(gpu.tenant or "")
+        if kind is not None:
+            t = _tenant(node, gpu)
+            code, level = kind
+            message = f"{t['process']} (pid {t['pid']}) runs on GPU {gpu.index}"
+            subject = {"pid": t["pid"], "process": t["process"]}
+            if t["container"]:  # the subject a node gives a tenant in a Nomad task's container
+                alloc = t["alloc"]
+                subject.update(
+                    container=t["container"]["id"],
+                    containerName=t["container"]["name"],
+                    alloc=alloc["id"],
+                    namespace=alloc["namespace"],
+                    job=alloc["job"],
+                    task=alloc["task"],
+                )
+            found.append(_finding(node, gpu, code, level, message, subject, gpu.since))
+        elif gpu.state == "reserved-idle" and at - gpu.since > 6 * 3600 and gpu.job:
+            namespace, job, task = gpu.job
+            subject = {"alloc": _alloc_id(node, gpu), "namespace": namespace, "job": job,
+                       "task": task}  # fmt: skip
+            message = f"GPU {gpu.index} is reserved by job {job} and idle"
+            found.append(_finding(node, gpu, "reserved-idle", "WARN", message, subject,
+                                  gpu.since + 6 * 3600))  # fmt: skip
+    return found
+
+
+def ledger_doc(node: SimNode, at: float) -> dict[str, Any]:
+    """The ``/ledger`` document a node controller would answer now (README, JSON contract)."""
+    sources = {name: {"ok": True, "error": None, "enabled": True}
+               for name in ("gpu", "procfs", "docker", "podman", "nomad")}  # fmt: skip
+    node_id = _uuid(node.node_id, "unknown") if node.fault == "unknown-id" else node.node_id
+    doc: dict[str, Any] = {
+        "schema": 1,
+        "node": {"name": node.name, "nomadNodeId": node_id, "version": SIM_VERSION},
+        "at": _iso(at),
+        "sources": sources,
+        "gpus": [_gpu_doc(node, g) for g in node.gpus],
+        "findings": _findings(node, at),
+    }
+    if node.fault == "schema-2":
+        # A later contract: the same identity block, GPUs moved elsewhere.
+        doc = {"schema": 2, "node": doc["node"], "at": doc["at"], "devices": {"gpu": doc["gpus"]}}
+    return doc
+
+
+# --------------------------------------------------------------------------- making a fleet
+
+
+def _gpus(rng: random.Random, node_id: str, count: int, now: float) -> list[SimGpu]:
+    card = rng.choice(tuple(CARDS))
+    gpus = []
+    for i in range(count):
+        roll = rng.random()
+        job = rng.choice(JOBS)
+        since = now - rng.uniform(600, 40 * 3600)
+        if roll < 0.55:
+            gpu = SimGpu(i, "", card, "held", since, rng.uniform(20, 99), job, "own")
+        elif roll < 0.72:
+            gpu = SimGpu(i, "", card, "reserved-idle", since, 0.0, job)
+        elif roll < 0.9:
+            gpu = SimGpu(i, "", card, "free", since, 0.0)
+        elif roll < 0.96:
+            gpu = SimGpu(i, "", card, "unaccounted", since, rng.uniform(10, 60), job, "unreserved")
+        else:
+            gpu = SimGpu(i, "", card, "unaccounted", since, rng.uniform(10, 60), None, "unmanaged")
+        gpu.uuid = "GPU-" + _uuid(node_id, "gpu", i)
+        gpus.append(gpu)
+    return gpus
+
+
+def make_nodes(count: int, seed: int = 0, now: float | None = None) -> list[SimNode]:
+    """``count`` healthy nodes of 4 or 8 GPUs in varied states, the same for the same seed."""
+    rng = random.Random(seed)
+    start = time.time() if now is None else now
+    nodes = []
+    for i in range(count):
+        node_id = _uuid(seed, "node", i)
+        gpus = _gpus(rng, node_id, rng.choice((8, 8, 8, 4)), start)
+        nodes.append(SimNode(f"gpu-{i:05d}", node_id, gpus, phase=rng.uniform(0, 15)))
+    return nodes
+
+
+MIXED_FAULTS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("gpu-stale", {"fault": "stale"}),
+    ("gpu-schema2", {"fault": "schema-2"}),
+    ("gpu-dead", {"fault": "dead"}),
+    ("gpu-hang", {"fault": "hang"}),
+    ("gpu-500", {"fault": "500"}),
+    ("gpu-garbage", {"fault": "garbage"}),
+    ("gpu-html", {"fault": "html"}),
+    ("gpu-truncated", {"fault": "truncated"}),
+    ("gpu-redirect", {"fault": "redirect-loop"}),
+    ("gpu-stranger", {"fault": "unknown-id"}),
+    ("gpu-nocontroller", {"controller": False}),
+    ("gpu-down", {"nomad_status": "down", "fault": "dead"}),
+    ("gpu-failing-check", {"fault": "dead", "consul_passing": False}),
+)
+"""The mixed fleet's misbehaving nodes: every status and fault the fleet must report."""
+
+
+def mixed_nodes(healthy: int = 4, seed: int = 7, now: float | None = None) -> list[SimNode]:
+    """A few healthy nodes, one node for every fault, a GPU node without a controller, a down
+    node, and a node without GPUs."""
+    nodes = make_nodes(healthy + len(MIXED_FAULTS), seed, now)
+    mixed = nodes[:healthy]
+    for node, (name, changes) in zip(nodes[healthy:], MIXED_FAULTS, strict=True):
+        mixed.append(replace(node, name=name, **changes))
+    cpu = make_nodes(1, seed + 1, now)[0]
+    mixed.append(replace(cpu, name="cpu-00001", gpus=[], controller=False))
+    return mixed
+
+
+# --------------------------------------------------------------------------- the server
+
+
+@dataclass
+class _Rendered:
+    key: tuple[int, str]
+    body: bytes
+
+
+class FleetSim:
+    """The node controllers of a simulated fleet, served by aiohttp in a thread of their own."""
+
+    def __init__(
+        self,
+        nodes: Iterable[SimNode],
+        *,
+        own_addresses: bool = False,
+        tls: ssl.SSLContext | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Nodes on 127.0.0.1 under ``/node/<name>``, or each on its own loopback address."""
+        self.nodes = {n.name: n for n in nodes}
+        self.own_addresses, self.tls, self.clock = own_addresses, tls, clock
+        self.started = clock()
+        self.port = 0
+        self.answered: Counter[int] = Counter()
+        """How many answers of each status the controllers gave (304: unchanged ledgers)."""
+        self._rendered: dict[str, _Rendered] = {}
+        self.nomad_limit: int | None = None
+        """Nomad knows only the first this many nodes (a smaller cluster); ``None``: all."""
+        self._nomad_json: tuple[object, bytes] = (None, b"")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._by_address: dict[str, SimNode] = {}
+        if own_addresses:
+            for n, node in enumerate(self.nodes.values()):
+                node.address = f"127.0.{1 + n // 250}.{1 + n % 250}"
+                self._by_address[node.address] = node
+
+    # ---------------------------------------------------------------- what the fleet sees
+
+    def url(self, node: SimNode | str) -> str:
+        """The base URL of a node's controller."""
+        node = self.nodes[node] if isinstance(node, str) else node
+        scheme = "https" if self.tls else "http"
+        if self.own_addresses:
+            return f"{scheme}://{node.address}:{self.port}"
+        return f"{scheme}://127.0.0.1:{self.port}/node/{node.name}"
+
+    def targets(self) -> list[str]:
+        """The base URLs of every node that runs a controller (dead ones included)."""
+        return [self.url(n) for n in self.nodes.values() if n.controller]
+
+    def tick_of(self, node: SimNode) -> float:
+        """When the node's controller last ticked (long ago for a stale one)."""
+        if node.fault == "stale":
+            return self.started - 3600
+        now = self.clock()
+        return now - ((now + node.phase) % node.interval)
+
+    # ---------------------------------------------------------------- drift
+
+    def drift(self, fraction: float, rng: random.Random | None = None) -> int:
+        """Change what a ``fraction`` of the nodes say (utilisation, a state now and then);
+        how many changed."""
+        rng = rng or random.Random()
+        changed = [n for n in self.nodes.values() if n.gpus and rng.random() < fraction]
+        now = self.clock()
+        for node in changed:
+            gpu = rng.choice(node.gpus)
+            if gpu.state == "held":
+                gpu.utilization = rng.uniform(1, 99)
+            elif gpu.state == "free" and rng.random() < 0.3:
+                gpu.state, gpu.since, gpu.job, gpu.tenant = "held", now, rng.choice(JOBS), "own"
+                gpu.utilization = rng.uniform(20, 99)
+            elif gpu.state == "reserved-idle" and rng.random() < 0.3:
+                gpu.state, gpu.since, gpu.tenant = "held", now, "own"
+                gpu.utilization = rng.uniform(20, 99)
+            node.generation += 1
+        return len(changed)
+
+    def touch_all(self) -> None:
+        """Change what every node says (the benchmark's "every ledger changed")."""
+        for node in self.nodes.values():
+            node.generation += 1
+            for gpu in node.gpus:
+                if gpu.state == "held":
+                    gpu.utilization = (gpu.utilization + 7.3) % 100 or 1.0
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Listen (a free port, shared by every own address) in a thread of its own."""
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            assert self._loop is not None  # noqa: S101
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self._serve())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="fleet-sim", daemon=True)
+        self._thread.start()
+        if not ready.wait(30):
+            raise RuntimeError("the simulated fleet did not start")
+
+    async def _serve(self) -> None:
+        app = web.Application(handler_args={"access_log": None})
+        app.router.add_get("/node/{name}/{doc}", self._by_path)
+        app.router.add_get("/{doc}", self._by_local_address)
+        # A hanging node's handler sleeps: stopping cancels it instead of waiting a minute.
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        self.port = _free_port()
+        hosts = [n.address for n in self.nodes.values() if n.controller and n.fault != "dead"]
+        for host in hosts if self.own_addresses else ["127.0.0.1"]:
+            await web.TCPSite(self._runner, host, self.port, ssl_context=self.tls).start()
+
+    def stop(self) -> None:
+        """Stop serving and close every connection."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop).result(30)
+        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(30)
+        loop.close()
+
+    def __enter__(self) -> FleetSim:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- answers
+
+    async def _by_path(self, request: web.Request) -> web.StreamResponse:
+        node = self.nodes.get(request.match_info["name"])
+        if node is None or not node.controller or node.fault == "dead":
+            return web.Response(status=404, text="404 page not found")
+        return await self._answer(node, request)
+
+    async def _by_local_address(self, request: web.Request) -> web.StreamResponse:
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        node = self._by_address.get(sockname[0]) if sockname else None
+        if node is None:
+            return web.Response(status=404, text="404 page not found")
+        return await self._answer(node, request)
+
+    async def _answer(self, node: SimNode, request: web.Request) -> web.StreamResponse:
+        response = await self._respond(node, request)
+        self.answered[response.status] += 1
+        return response
+
+    async def _respond(self, node: SimNode, request: web.Request) -> web.StreamResponse:
+        if request.match_info["doc"] != "ledger":
+            return web.Response(status=404, text="not found: try /ledger\n")
+        tick = self.tick_of(node)
+        headers = {"X-Gpuledger-Tick": _iso(tick), "X-Gpuledger-Interval": f"{node.interval:g}",
+                   "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}  # fmt: skip
+        faulty = await self._fault(node, request, headers)
+        if faulty is not None:
+            return faulty
+        headers["ETag"] = etag = _etag(node, tick)
+        if etag in request.headers.get("If-None-Match", ""):
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=self._render(node, tick), content_type="application/json",
+                            headers=headers)  # fmt: skip
+
+    def _render(self, node: SimNode, tick: float) -> bytes:
+        """The ledger's body: rendered once per content, its ``at`` put in at each tick (ten
+        thousand nodes are rendered by one process)."""
+        key = (node.generation, _etag(node, tick))
+        kept = self._rendered.get(node.name)
+        if kept is None or kept.key != key:
+            template = json.dumps(ledger_doc(node, tick)).replace(_iso(tick), "\x00at\x00")
+            kept = self._rendered[node.name] = _Rendered(key, template.encode())
+        return kept.body.replace(b"\x00at\x00", _iso(tick).encode())
+
+    async def _fault(
+        self, node: SimNode, request: web.Request, headers: dict[str, str]
+    ) -> web.StreamResponse | None:
+        fault = node.fault
+        if fault == "hang":
+            await asyncio.sleep(3600)
+        if fault == "500":
+            return web.Response(status=500, text="internal error: nvml: driver gone\n")
+        if fault == "garbage":
+            return web.Response(body=b"\x00\xff\x13 not a ledger", headers=headers,
+                                content_type="application/json")  # fmt: skip
+        if fault == "html":
+            page = "<!doctype html><html><body><h1>Sign in</h1></body></html>"
+            return web.Response(text=page, content_type="text/html", headers=headers)
+        if fault == "truncated":
+            body = json.dumps(ledger_doc(node, self.tick_of(node))).encode()
+            return web.Response(body=body[: len(body) // 2], content_type="application/json",
+                                headers=headers)  # fmt: skip
+        if fault == "redirect-loop":
+            return web.Response(status=302, headers={"Location": str(request.rel_url)})
+        return None
+
+    # ---------------------------------------------------------------- Consul's and Nomad's view
+
+    def consul_entries(self, service: str = "gpuledger") -> list[dict[str, Any]]:
+        """``/v1/health/service/<service>`` (unfiltered) for the nodes that run a controller,
+        shaped as Consul's docs sample (``tests/fixtures/consul``)."""
+        return [_consul_entry(n, service, self.port, i) for i, n in enumerate(self.nodes.values())
+                if n.controller]  # fmt: skip
+
+    def nomad_nodes(self, resources: bool) -> list[dict[str, Any]]:
+        """``/v1/nodes`` stubs of every node (with ``NodeResources`` when asked)."""
+        return [_nomad_stub(n, resources) for n in self.nodes.values()][: self.nomad_limit]
+
+    def nomad_nodes_json(self, resources: bool) -> bytes:
+        """The same, encoded once per view: what Nomad knows of a node does not drift here."""
+        key = (resources, self.nomad_limit, tuple(n.nomad_status for n in self.nodes.values()))
+        if self._nomad_json[0] != key:
+            self._nomad_json = (key, json.dumps(self.nomad_nodes(resources)).encode())
+        return self._nomad_json[1]
+
+    def nomad_services(self, service: str = "gpuledger") -> list[dict[str, Any]]:
+        """``/v1/service/<service>`` registrations of the nodes whose controller answers or
+        just died (a dead one's registration outlives it until its allocation stops)."""
+        return [_registration(n, service, self.port) for n in self.nodes.values()
+                if n.controller]  # fmt: skip
+
+
+async def _cancel_the_rest() -> None:
+    """Cancel what still runs (a hanging node's handler) so that the loop closes clean."""
+    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+
+
+def _etag(node: SimNode, at: float) -> str:
+    """An entity tag of what the node's ledger says, not when: everything it says changes
+    with ``generation`` but its reserved-idle findings, which open as time passes."""
+    overdue = tuple(g.index for g in node.gpus if g.state == "reserved-idle"
+                    and at - g.since > 6 * 3600)  # fmt: skip
+    said = f"{node.name}/{node.generation}/{node.fault}/{overdue}".encode()
+    return f'"{hashlib.sha256(said).hexdigest()[:32]}"'
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def _consul_entry(node: SimNode, service: str, port: int, n: int) -> dict[str, Any]:
+    # Every other instance leaves Service.Address empty: it is then the node's address.
+    service_address = "" if n % 2 else node.address
+    check = "passing" if node.consul_passing else "critical"
+    return {
+        "Node": {"ID": _uuid(node.node_id, "consul"), "Node": node.name, "Address": node.address,
+                 "Datacenter": "dc1", "TaggedAddresses": {"lan": node.address,
+                 "wan": node.address}, "Meta": {"instance_type": "gpu"}},
+        "Service": {"ID": f"{service}-{node.name}", "Service": service, "Tags": ["gpuledger"],
+                    "Address": service_address,
+                    "TaggedAddresses": {"lan": {"address": node.address, "port": port}},
+                    "Meta": {"version": SIM_VERSION, "nomad_node_id": node.node_id},
+                    "Port": port,
+                    "Weights": {"Passing": 1, "Warning": 1}, "Namespace": "default"},
+        "Checks": [
+            {"Node": node.name, "CheckID": f"service:{service}-{node.name}",
+             "Name": f"Service '{service}' check", "Status": check, "Notes": "",
+             "Output": "HTTP GET /healthz: 200 OK", "ServiceID": f"{service}-{node.name}",
+             "ServiceName": service, "ServiceTags": ["gpuledger"], "Namespace": "default"},
+            {"Node": node.name, "CheckID": "serfHealth", "Name": "Serf Health Status",
+             "Status": "passing", "Notes": "", "Output": "Agent alive and reachable",
+             "ServiceID": "", "ServiceName": "", "ServiceTags": [], "Namespace": "default"},
+        ],
+    }  # fmt: skip
+
+
+def _nomad_stub(node: SimNode, resources: bool) -> dict[str, Any]:
+    stub: dict[str, Any] = {
+        "Address": node.address, "ID": node.node_id, "Datacenter": "dc1", "Name": node.name,
+        "NodeClass": "gpu" if node.gpus else "", "NodePool": "default", "Version": "1.11.3",
+        "Drain": False, "SchedulingEligibility": "eligible", "Status": node.nomad_status,
+        "StatusDescription": "", "Drivers": {"docker": {"Detected": True, "Healthy": True}},
+        "HostVolumes": None, "LastDrain": None, "CreateIndex": 7, "ModifyIndex": 12,
+    }  # fmt: skip
+    if resources:
+        groups: dict[str, list[str]] = {}
+        for gpu in node.gpus:
+            groups.setdefault(gpu.card, []).append(gpu.uuid)
+        devices = [
+            {"Vendor": "nvidia", "Type": "gpu", "Name": card,
+             "Attributes": {"memory": {"Int": CARDS[card], "Unit": "MiB"}},
+             "Instances": [{"ID": uuid, "Healthy": True, "HealthDescription": "",
+                            "Locality": {"PciBusID": f"00000000:{18 + i:02X}:00.0"}}
+                           for i, uuid in enumerate(ids)]}
+            for card, ids in groups.items()
+        ]  # fmt: skip
+        stub["NodeResources"] = {"Cpu": {"CpuShares": 64000}, "Memory": {"MemoryMB": 515000},
+                                 "Disk": {"DiskMB": 900000}, "Networks": None,
+                                 "Devices": devices or None}  # fmt: skip
+        stub["ReservedResources"] = {"Cpu": {"CpuShares": 0}, "Memory": {"MemoryMB": 0}}
+    return stub
+
+
+def _registration(node: SimNode, service: str, port: int) -> dict[str, Any]:
+    alloc = _uuid(node.node_id, "gpuledger-alloc")
+    return {
+        "Address": node.address, "AllocID": alloc, "CreateIndex": 14, "Datacenter": "dc1",
+        "ID": f"_nomad-task-{alloc}-gpuledger-{service}-http", "JobID": "gpuledger",
+        "ModifyIndex": 24, "Namespace": "default", "NodeID": node.node_id, "Port": port,
+        "ServiceName": service, "Tags": ["gpuledger"],
+    }  # fmt: skip
+
+
+__all__ = ["FAULTS", "FleetSim", "SimGpu", "SimNode", "ledger_doc", "make_nodes", "mixed_nodes"]

@@ -1,0 +1,118 @@
+"""The fleet's ``/metrics``: ``gpuledger_fleet_*``, built fresh from one snapshot.
+
+Several fleet instances (``--shard K/N``) each export their share; Prometheus sums them
+(``sum(gpuledger_fleet_gpus) by (state)``). The Nomad job label is ``nomad_job``, never ``job``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from gpuledger.controller.fleet_loop import FleetSnapshot
+from gpuledger.model import Code, GpuState, Level
+from gpuledger.model.fleet import Fleet, NodeStatus
+from gpuledger.views.metrics import build_family, exposition
+
+__all__ = ["FleetCollector", "render"]
+
+P = "gpuledger_fleet_"
+
+
+class FleetCollector:
+    """A ``prometheus_client`` collector over one fleet snapshot (or none yet)."""
+
+    def __init__(self, snapshot: FleetSnapshot | None) -> None:
+        self.snapshot = snapshot
+
+    def describe(self) -> list[Metric]:
+        """Nothing: the families depend on the snapshot, so registration does not collect."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family, from the snapshot."""
+        yield build_family()
+        if self.snapshot is not None:
+            yield from _count_families(self.snapshot.fleet)
+            yield from _node_families(self.snapshot.fleet)
+            yield from _sweep_families(self.snapshot)
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(P + name, doc, labels=labels)
+
+
+def _node_labels(fleet: Fleet) -> list[str]:
+    """Each row's ``node`` label: its name, with its URL when two rows share a name."""
+    names = Counter(n.name for n in fleet.nodes)
+    return [
+        n.name if names[n.name] == 1 else f"{n.name} ({n.url or n.nomad_node_id})"
+        for n in fleet.nodes
+    ]
+
+
+def _count_families(fleet: Fleet) -> Iterator[Metric]:
+    nodes = _gauge("nodes", "Nodes by status.", ["status"])
+    for status, n in fleet.node_totals().items():
+        nodes.add_metric([status.value], float(n))
+    yield nodes
+    gpus = _gauge("gpus", "GPUs of the fleet by state (unknown: not seen).", ["state"])
+    for state, n in fleet.gpu_totals().items():
+        gpus.add_metric([state.value], float(n))
+    yield gpus
+    per_node = _gauge("node_gpus", "GPUs of each node by state.", ["node", "state"])
+    for label, node in zip(_node_labels(fleet), fleet.nodes, strict=True):
+        for state in GpuState:
+            per_node.add_metric([label, state.value], float(node.gpus.get(state, 0)))
+    yield per_node
+    jobs = _gauge(
+        "job_gpus", "GPUs of each Nomad job by state.", ["namespace", "nomad_job", "state"]
+    )
+    for job in fleet.jobs:
+        for state in GpuState:
+            jobs.add_metric([job.namespace, job.job, state.value], float(job.gpus.get(state, 0)))
+    yield jobs
+
+
+def _node_families(fleet: Fleet) -> Iterator[Metric]:
+    findings = _gauge(
+        "findings", "Open findings of the fleet by code and level.", ["code", "level"]
+    )
+    counts: dict[tuple[Code, Level], int] = {}
+    for f in fleet.findings:
+        counts[(f.code, f.level)] = counts.get((f.code, f.level), 0) + 1
+    for code in Code:
+        for level in Level:
+            findings.add_metric([code.value, level.name], float(counts.get((code, level), 0)))
+    yield findings
+    yield GaugeMetricFamily(
+        P + "worst_level",
+        "The worst open finding's level: 0 OK, 1 WARN, 2 BAD, 3 ERROR.",
+        value=float(fleet.worst),
+    )
+    up = _gauge("node_up", "1 when the node's controller answered a current ledger.", ["node"])
+    for label, node in zip(_node_labels(fleet), fleet.nodes, strict=True):
+        up.add_metric([label], 1.0 if node.status is NodeStatus.OK else 0.0)
+    yield up
+    sources = _gauge("source_up", "1 when the source was read at the last sweep.", ["source"])
+    for name, status in fleet.sources.items():
+        sources.add_metric([name], 0.0 if status.failing else 1.0)
+    yield sources
+
+
+def _sweep_families(snap: FleetSnapshot) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        P + "sweep_duration_seconds", "How long the last sweep took.", value=snap.duration_s
+    )
+    yield GaugeMetricFamily(
+        P + "last_sweep_timestamp_seconds",
+        "When the last sweep began (Unix time).",
+        value=snap.fleet.at.timestamp(),
+    )
+
+
+def render(snapshot: FleetSnapshot | None, accept: str) -> tuple[bytes, str]:
+    """The exposition of ``snapshot`` in the format ``accept`` asks for, and its content type."""
+    return exposition(FleetCollector(snapshot), accept)

@@ -1,0 +1,96 @@
+"""The fleet controller's HTTP endpoints, as a WSGI application over the latest sweep.
+
+``/fleet`` (the fleet document), ``/findings``, ``/metrics``, ``/healthz`` and a placeholder
+``/``, behind what every gpuledger endpoint shares (``web/app.py``: GET and HEAD only, the
+security headers on every answer). A request never reads a source; each body is rendered once
+per snapshot.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from gpuledger.controller.fleet_loop import FleetSnapshot
+from gpuledger.model.contract import fleet_doc, fleet_findings_doc
+from gpuledger.model.fleet import Fleet
+from gpuledger.views import fleet_metrics
+from gpuledger.web.app import (
+    JSON,
+    Answer,
+    RenderCache,
+    WsgiApp,
+    health_answer,
+    metrics_answer,
+    pretty_json,
+    text_answer,
+)
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIEnvironment
+
+STARTING = "starting: the first sweep has not finished yet\n"
+PATHS = ("/fleet", "/findings", "/metrics", "/healthz")
+
+
+class FleetApp(WsgiApp[FleetSnapshot]):
+    """The fleet's application; ``snapshot()`` returns what the loop last published."""
+
+    def __init__(
+        self, snapshot: Callable[[], FleetSnapshot | None], now: Callable[[], datetime]
+    ) -> None:
+        self.now = now
+        self.cache = RenderCache()
+        super().__init__(
+            snapshot,
+            {
+                "/": self.index,
+                "/fleet": self.fleet,
+                "/findings": self.findings,
+                "/metrics": self.metrics,
+                "/healthz": self.healthz,
+            },
+        )
+
+    def index(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
+        """A placeholder page that links the endpoints."""
+        nodes = f"{len(snap.fleet.nodes)} nodes" if snap else "starting"
+        links = "".join(f'<li><a href="{p}">{p}</a></li>' for p in PATHS)
+        page = (
+            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f"<title>gpuledger fleet</title></head><body><h1>gpuledger fleet: "
+            f"{html.escape(nodes)}</h1><ul>{links}</ul></body></html>\n"
+        )
+        return Answer("200 OK", page.encode("utf-8"), "text/html; charset=utf-8")
+
+    def fleet(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
+        """The fleet document (README, "JSON contract")."""
+        return self._json(snap, "fleet", fleet_doc)
+
+    def findings(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
+        """The fleet's findings document."""
+        return self._json(snap, "findings", fleet_findings_doc)
+
+    def _json(
+        self,
+        snap: FleetSnapshot | None,
+        name: str,
+        document: Callable[[Fleet], dict[str, object]],
+    ) -> Answer:
+        if snap is None:
+            return text_answer("503 Service Unavailable", STARTING)
+        fleet = snap.fleet
+
+        return Answer(
+            "200 OK", self.cache.body(snap, name, lambda: pretty_json(document(fleet))), JSON
+        )
+
+    def metrics(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
+        """The metrics, in the exposition format the ``Accept`` header asks for."""
+        return metrics_answer(self.cache, snap, environ, fleet_metrics.render)
+
+    def healthz(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
+        """200 ``ok``, or 503 and one line per failing source (or a stopped loop)."""
+        return health_answer(snap.problems(self.now()) if snap else None, STARTING)
