@@ -1,4 +1,4 @@
-"""The ``gpuledger`` command line: ``ls``, ``check``, ``serve``, ``policy`` and ``demo``.
+"""The ``gpuledger`` command line: ``ls``, ``check``, ``serve``, ``policy``, ``render``, ``demo``.
 
 Exit codes: 0 done (``check``: nothing at or above ``--exit-on``), 1 ``check`` found something at
 or above it (or ``policy check`` found problems), 2 a usage error — always a message that names
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuledger import __version__
+from gpuledger._build import COMMIT
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.controller import history_file
@@ -165,13 +166,54 @@ def _source_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _render_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-f",
+        "--values",
+        dest="values_files",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a YAML file of values; later files win (repeatable)",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="values as Helm's --set: a.b=1,c={x,y},list[0]=z; \\, and \\. escape "
+        "(repeatable; applied after the files)",
+    )
+    p.add_argument(
+        "--set-string",
+        dest="set_strings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="as --set, every value a string (repeatable; applied after every --set, as Helm)",
+    )
+    p.add_argument(
+        "--output-dir", type=Path, metavar="DIR", help="write the files here instead of printing"
+    )
+    p.add_argument(
+        "--show-values", action="store_true", help="print the built-in values.yaml and stop"
+    )
+    p.add_argument(
+        "--show-schema", action="store_true", help="print the values' JSON Schema and stop"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     parser = _Parser(
         prog="gpuledger",
         description="Joins Nomad's GPU reservations with what really runs on the cards.",
     )
-    parser.add_argument("--version", action="version", version=f"gpuledger {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"gpuledger {__version__} (commit {COMMIT})"
+    )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
@@ -230,6 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
     psub.add_parser("schema", help="print the policy's JSON Schema")
     ptest = psub.add_parser("test", help="run policy test files; exit 1 on a failing case")
     ptest.add_argument("files", type=Path, nargs="+", metavar="FILE", help="policy test files")
+    _render_options(
+        sub.add_parser(
+            "render",
+            help="the Nomad job specs from Helm-like values (as helm template)",
+            description="Merge the built-in values, each -f file, then each --set and --set-string "
+            "as Helm does, check them against the schema, and print the Nomad jobs (or write "
+            "them into --output-dir).",
+        )
+    )
     demo = sub.add_parser(
         "demo",
         help="a simulated node with every state and finding",
@@ -396,6 +447,16 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     return serve(source_config(args), _policy(args), options, out)
 
 
+def cmd_render(args: argparse.Namespace, out: TextIO) -> int:
+    """``gpuledger render``."""
+    from gpuledger.commands import render  # noqa: PLC0415 - Jinja2 loads only here
+
+    if args.show_values or args.show_schema:
+        out.write(render.values_text() if args.show_values else render.schema_text())
+        return EXIT_OK
+    return render.render(args.values_files, args.sets, args.set_strings, args.output_dir, out)
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger demo``."""
     from gpuledger.commands.demo import run_demo  # noqa: PLC0415 - the simulator loads only here
@@ -408,6 +469,7 @@ COMMANDS = {
     "check": cmd_check,
     "serve": cmd_serve,
     "policy": cmd_policy,
+    "render": cmd_render,
     "demo": cmd_demo,
 }
 
