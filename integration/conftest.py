@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
 REQUIRED = os.environ.get("GPULEDGER_REQUIRE_INTEGRATION") == "1"
+PYTHON = "/usr/bin/python3"  # the node's own Python, which runs the release (artifact.python)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def require_binary(path_or_name: str, install: str) -> str:
@@ -30,6 +34,26 @@ def missing(why: str) -> None:
     pytest.skip(why)
 
 
+@pytest.fixture(scope="session")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release folder (the .pex and SHA256SUMS): CI's, built for every platform
+    (GPULEDGER_RELEASE_DIR), else one scripts/build-release builds here for the node's Python."""
+    if not Path(PYTHON).exists():
+        missing(f"{PYTHON} not found: the release runs on the node's own python3")
+    given = os.environ.get("GPULEDGER_RELEASE_DIR")
+    if given:
+        return Path(given)
+    folder = tmp_path_factory.mktemp("release")
+    subprocess.run(
+        [str(REPO / "scripts" / "build-release"), str(folder)],
+        env={**os.environ, "GPULEDGER_PEX_PYTHON": PYTHON},
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return folder
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test under integration/ so it can be selected or left out."""
     for item in items:
@@ -42,6 +66,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     """Turn any skip of an integration test into a failure when integration is required."""
     outcome = yield
     report = outcome.get_result()
-    if REQUIRED and report.skipped and "/integration/" in str(item.path):
+    # awaits_fleet_serve: the one test that waits for `gpuledger fleet serve` (issue 11) may skip
+    # until that merges; then the marker comes off its test and a skip fails again.
+    awaiting = item.get_closest_marker("awaits_fleet_serve") is not None
+    if REQUIRED and report.skipped and "/integration/" in str(item.path) and not awaiting:
         report.outcome = "failed"
         report.longrepr = f"skipped under GPULEDGER_REQUIRE_INTEGRATION=1: {report.longrepr}"
