@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from gpuledger.sim.world import World, load_scenario
 
 REQUIRED = os.environ.get("GPULEDGER_REQUIRE_INTEGRATION") == "1"
 PYTHON = "/usr/bin/python3"  # the node's own Python, which runs the release (artifact.python)
@@ -32,6 +35,14 @@ def missing(why: str) -> None:
     if REQUIRED:
         pytest.fail(f"GPULEDGER_REQUIRE_INTEGRATION=1 but {why}", pytrace=False)
     pytest.skip(why)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    """The simulated demo node (fake nvidia-smi, /proc, Docker, Podman, Nomad), running."""
+    w = World.start(load_scenario("demo"), tmp_path / "world")
+    yield w
+    w.stop()
 
 
 @pytest.fixture(scope="session")

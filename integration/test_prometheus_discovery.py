@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
 import subprocess
 import time
@@ -30,63 +29,28 @@ from gpuledger.commands.render.jobs import render_jobs
 from gpuledger.commands.render.values import merged_values
 from nomad_client import Node, interpolate
 from nomad_jobspec import job_file, the
-from runtimes import missing
+from runtimes import require_binary
 
 EXAMPLE = (
     Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "prometheus.example.yml"
 )
 NODE = Node(id="5f0c1a9e-7b2d-4c3e-9a41-0d6e2b7c8f11", name="gpu-node-7", ip="10.0.4.7")
 # Prometheus's documented fields (docs/configuration/configuration.md): each SD block's own,
-# plus the HTTP client's (http_config) for nomad_sd_configs.
-NOMAD_SD_FIELDS = {
-    "server",
-    "namespace",
-    "region",
-    "allow_stale",
-    "refresh_interval",
-    "tag_separator",
-    "authorization",
-    "basic_auth",
-    "oauth2",
-    "tls_config",
-    "proxy_url",
-    "follow_redirects",
-    "enable_http2",
-}
-CONSUL_SD_FIELDS = {
-    "server",
-    "path_prefix",
-    "token",
-    "datacenter",
-    "namespace",
-    "partition",
-    "scheme",
-    "username",
-    "password",
-    "services",
-    "tags",
-    "node_meta",
-    "tag_separator",
-    "allow_stale",
-    "refresh_interval",
-    "filter",
-    "authorization",
-    "basic_auth",
-    "oauth2",
-    "tls_config",
-    "proxy_url",
-    "follow_redirects",
-    "enable_http2",
-}
+# and the HTTP client's (http_config) that both take.
+HTTP_FIELDS = {"authorization", "basic_auth", "oauth2", "tls_config", "proxy_url",
+               "follow_redirects", "enable_http2"}  # fmt: skip
+SD_FIELDS = {
+    "nomad": {"server", "namespace", "region", "allow_stale", "refresh_interval",
+              "tag_separator"} | HTTP_FIELDS,
+    "consul": {"server", "path_prefix", "token", "datacenter", "namespace", "partition",
+               "scheme", "username", "password", "services", "tags", "node_meta",
+               "tag_separator", "allow_stale", "refresh_interval", "filter"} | HTTP_FIELDS,
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        missing("promtool not found: apt-get install prometheus")
-    assert found is not None
-    return found
+    return require_binary("promtool", "prometheus")
 
 
 def example() -> dict[str, Any]:
@@ -130,7 +94,7 @@ def with_file_sd(folder: Path, port: int) -> Path:
     for job in config["scrape_configs"]:
         kind = "nomad" if "nomad_sd_configs" in job else "consul"
         (sd,) = job.pop(f"{kind}_sd_configs")
-        fields = NOMAD_SD_FIELDS if kind == "nomad" else CONSUL_SD_FIELDS
+        fields = SD_FIELDS[kind]
         assert set(sd) <= fields, f"{job['job_name']}: unknown fields {set(sd) - fields}"
         groups = target_groups(kind, port)
         if "services" in sd:
@@ -168,10 +132,7 @@ def re_fields(output: str) -> list[str]:
 
 @pytest.fixture
 def prometheus(tmp_path: Path, promtool: str) -> Iterator[tuple[str, Path]]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        missing("prometheus not found: apt-get install prometheus")
-    assert binary is not None
+    binary = require_binary("prometheus", "prometheus")
     config = with_file_sd(tmp_path, free_port())
     check = subprocess.run(
         [promtool, "check", "config", str(config)], capture_output=True, text=True, check=False

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuledger import __version__
 from gpuledger.commands.render.values import merged_values
-from gpuledger.sim.world import World, load_scenario
+from gpuledger.sim.world import World
 
 PYTHON = merged_values([])["artifact"]["python"]
 
@@ -43,13 +42,6 @@ def run(pex: Path, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World.start(load_scenario("demo"), tmp_path / "world")
-    yield w
-    w.stop()
 
 
 def test_the_release_is_one_file_and_its_checksum(release: Path) -> None:
