@@ -51,7 +51,9 @@ from nomad_client import (
     build_template_renderer,
     job_run,
     parse_var_put,
+    placement_problem,
     running,
+    seconds,
 )
 from runtimes import missing
 
@@ -202,8 +204,7 @@ def play_node_controller(allocation: Allocation, world: World, cluster: Cluster)
 
     code, took = allocation.stop()
     assert code == 0, allocation.logs()
-    kill_timeout = float(allocation.task["kill_timeout"].rstrip("s"))
-    assert took < kill_timeout
+    assert took < seconds(allocation.task["kill_timeout"])
     history = history_file.load(allocation.alloc_dir / "data" / "history.json")
     assert history is not None
     return dict(ledger)
@@ -347,8 +348,6 @@ def test_a_wrong_checksum_never_starts_the_task(
 def test_the_system_job_places_only_on_gpu_nodes(node: Node) -> None:
     job = job_run((DEPLOY / "gpuledger.nomad.hcl").read_text(), {"checksum": "sha256:" + "0" * 64})
     cpu_node = Node(id="n2", name="cpu-node", ip="127.0.0.9")
-    from nomad_client import placement_problem  # noqa: PLC0415
-
     assert placement_problem(job, node) is None
     assert "constraint ${meta.gpu} = 'true'" in str(placement_problem(job, cpu_node))
 
