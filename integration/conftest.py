@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from gpuledger.sim.world import World, load_scenario
+
 REQUIRED = os.environ.get("GPULEDGER_REQUIRE_INTEGRATION") == "1"
+PYTHON = "/usr/bin/python3"  # the node's own Python, which runs the release (artifact.python)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def require_binary(path_or_name: str, install: str) -> str:
@@ -28,6 +35,34 @@ def missing(why: str) -> None:
     if REQUIRED:
         pytest.fail(f"GPULEDGER_REQUIRE_INTEGRATION=1 but {why}", pytrace=False)
     pytest.skip(why)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    """The simulated demo node (fake nvidia-smi, /proc, Docker, Podman, Nomad), running."""
+    w = World.start(load_scenario("demo"), tmp_path / "world")
+    yield w
+    w.stop()
+
+
+@pytest.fixture(scope="session")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release folder (the .pex and SHA256SUMS): CI's, built for every platform
+    (GPULEDGER_RELEASE_DIR), else one scripts/build-release builds here for the node's Python."""
+    if not Path(PYTHON).exists():
+        missing(f"{PYTHON} not found: the release runs on the node's own python3")
+    given = os.environ.get("GPULEDGER_RELEASE_DIR")
+    if given:
+        return Path(given)
+    folder = tmp_path_factory.mktemp("release")
+    subprocess.run(
+        [str(REPO / "scripts" / "build-release"), str(folder)],
+        env={**os.environ, "GPULEDGER_PEX_PYTHON": PYTHON},
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return folder
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -129,13 +129,6 @@ def gpuledger(world: World, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World.start(load_scenario("demo"), tmp_path / "world")
-    yield w
-    w.stop()
-
-
 StartServe = Callable[..., Serve]
 
 

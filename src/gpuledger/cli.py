@@ -1,5 +1,5 @@
-"""The ``gpuledger`` command line: ``ls``, ``check``, ``serve``, ``policy``, ``demo`` and
-``fleet``.
+"""The ``gpuledger`` command line: ``ls``, ``check``, ``serve``, ``fleet``, ``policy``,
+``render`` and ``demo``.
 
 Exit codes: 0 done (``check``: nothing at or above ``--exit-on``), 1 ``check`` found something at
 or above it (or ``policy check`` found problems), 2 a usage error — always a message that names
@@ -21,6 +21,7 @@ from typing import TextIO
 from gpuledger import __version__
 from gpuledger.collectors.consul import ConsulSettings, consul_settings_from_env, with_flags
 from gpuledger.collectors.ledgers import check_target, read_targets_file
+from gpuledger._build import COMMIT
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.collectors.tls import TlsSettings
@@ -381,13 +382,54 @@ def _web_config_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _render_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-f",
+        "--values",
+        dest="values_files",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a YAML file of values; later files win (repeatable)",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="values as Helm's --set: a.b=1,c={x,y},list[0]=z; \\, and \\. escape "
+        "(repeatable; applied after the files)",
+    )
+    p.add_argument(
+        "--set-string",
+        dest="set_strings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="as --set, every value a string (repeatable; applied after every --set, as Helm)",
+    )
+    p.add_argument(
+        "--output-dir", type=Path, metavar="DIR", help="write the files here instead of printing"
+    )
+    p.add_argument(
+        "--show-values", action="store_true", help="print the built-in values.yaml and stop"
+    )
+    p.add_argument(
+        "--show-schema", action="store_true", help="print the values' JSON Schema and stop"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     parser = _Parser(
         prog="gpuledger",
         description="Joins Nomad's GPU reservations with what really runs on the cards.",
     )
-    parser.add_argument("--version", action="version", version=f"gpuledger {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"gpuledger {__version__} (commit {COMMIT})"
+    )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
@@ -447,6 +489,15 @@ def build_parser() -> argparse.ArgumentParser:
     psub.add_parser("schema", help="print the policy's JSON Schema")
     ptest = psub.add_parser("test", help="run policy test files; exit 1 on a failing case")
     ptest.add_argument("files", type=Path, nargs="+", metavar="FILE", help="policy test files")
+    _render_options(
+        sub.add_parser(
+            "render",
+            help="the Nomad job specs from Helm-like values (as helm template)",
+            description="Merge the built-in values, each -f file, then each --set and --set-string "
+            "as Helm does, check them against the schema, and print the Nomad jobs (or write "
+            "them into --output-dir).",
+        )
+    )
     demo = sub.add_parser(
         "demo",
         help="a simulated node with every state and finding",
@@ -703,6 +754,14 @@ def cmd_fleet(args: argparse.Namespace, out: TextIO) -> int:
         return fleet.fleet_check(options, policy, out, args.json, args.exit_on)
     serve = fleet.ServeFleet(args.listen, args.interval, args.policy, args.web_config)
     return fleet.fleet_serve(options, policy, serve, out)
+def cmd_render(args: argparse.Namespace, out: TextIO) -> int:
+    """``gpuledger render``."""
+    from gpuledger.commands import render  # noqa: PLC0415 - Jinja2 loads only here
+
+    if args.show_values or args.show_schema:
+        out.write(render.values_text() if args.show_values else render.schema_text())
+        return EXIT_OK
+    return render.render(args.values_files, args.sets, args.set_strings, args.output_dir, out)
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
@@ -721,6 +780,7 @@ COMMANDS = {
     "check": cmd_check,
     "serve": cmd_serve,
     "policy": cmd_policy,
+    "render": cmd_render,
     "demo": cmd_demo,
     "fleet": cmd_fleet,
 }

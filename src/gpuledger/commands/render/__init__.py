@@ -1,0 +1,44 @@
+"""``gpuledger render``: the Nomad job specs from Helm-like values, as ``helm template`` does.
+
+``values.py`` merges and checks the values (``helm_set.py`` reads ``--set``), ``jobs.py`` renders
+the templates in ``templates/``. ``values.yaml`` and ``values.schema.json`` here are the ones
+gpuledger uses; the copies at the top of the repository are for reading, and a test keeps them
+the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from gpuledger.commands.render.jobs import render_jobs
+from gpuledger.commands.render.values import merged_values, schema_text, values_text
+from gpuledger.errors import ConfigError
+
+__all__ = ["render", "schema_text", "values_text"]
+
+
+def render(
+    files: Sequence[Path],
+    sets: Sequence[str],
+    set_strings: Sequence[str],
+    output_dir: Path | None,
+    out: TextIO,
+) -> int:
+    """Render the jobs; print them, each after a ``# Source:`` line, or write them into
+    ``output_dir`` and say so. ``ConfigError`` for values that cannot be used."""
+    jobs = render_jobs(merged_values(files, sets, set_strings))
+    if output_dir is None:
+        out.write("\n".join(f"# Source: {name}\n{text}" for name, text in jobs.items()))
+        return 0
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in jobs.items():
+            (output_dir / name).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise ConfigError(f"--output-dir {output_dir}: cannot write: {why}") from None
+    for name in jobs:
+        out.write(f"wrote {output_dir / name}\n")
+    return 0

@@ -1,0 +1,191 @@
+"""The deploy values: the built-in ones, ``-f`` files and ``--set`` lines merged as Helm merges
+them, then checked against the schema with every problem told where its value came from.
+
+Helm's order (``pkg/cli/values/options.go`` ``MergeValues``, then ``CoalesceValues``):
+
+1. the ``-f`` files, in order, each merged into the last: maps recurse, anything else (a list,
+   a scalar, ``null``) replaces;
+2. every ``--set`` line, then every ``--set-string`` line, parsed *into* what the files made,
+   so ``--set list[1]=x`` edits a list a file gave (not one only the defaults have: that list
+   is replaced, as in Helm);
+3. the result laid over the built-in values: maps deep-merged, the user's value winning, and a
+   user's ``null`` deleting the built-in key.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpuledger.commands.render.helm_set import SetSyntaxError, parse_into
+from gpuledger.errors import ConfigError, YamlSyntaxError
+from gpuledger.policy.load import parse_duration
+from gpuledger.policy.located import JsonPath, Located, dotted, read_yaml, schema_problems
+
+BUILT_IN = "the built-in values"
+
+
+def values_text() -> str:
+    """The built-in ``values.yaml``, comments and all."""
+    return resources.files(__package__).joinpath("values.yaml").read_text(encoding="utf-8")
+
+
+def schema_text() -> str:
+    """The JSON Schema of the values."""
+    return resources.files(__package__).joinpath("values.schema.json").read_text(encoding="utf-8")
+
+
+def merge_maps(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Helm's ``MergeMaps``: maps recurse, anything else in ``over`` replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_maps(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def coalesce(defaults: Mapping[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
+    """Helm's ``CoalesceValues``: ``user`` over ``defaults``; a user ``None`` deletes the key."""
+    out = copy.deepcopy(dict(user))
+    for key, default in defaults.items():
+        if key not in out:
+            out[key] = copy.deepcopy(default)
+        elif out[key] is None:
+            del out[key]
+        elif isinstance(out[key], Mapping) and isinstance(default, Mapping):
+            out[key] = coalesce(default, out[key])
+    return out
+
+
+@dataclass
+class _Origins:
+    """Where each path's value was last set: ``FILE:LINE:COLUMN`` or ``--set LINE``."""
+
+    at: dict[JsonPath, str] = field(default_factory=dict)
+
+    def add_file(self, doc: Located, source: str) -> None:
+        for path in doc.values:
+            if path:
+                line, column = doc.key_at(path)  # a map entry's key; a list item's value
+                self.at[path] = f"{source}:{line}:{column}"
+
+    def add_line(self, data: Any, origin: str, path: JsonPath = ()) -> None:
+        if path:
+            self.at[path] = origin
+        if isinstance(data, dict):
+            for key, value in data.items():
+                self.add_line(value, origin, (*path, key))
+        elif isinstance(data, list):
+            for index, item in enumerate(data):
+                self.add_line(item, origin, (*path, index))
+
+    def of(self, key: str) -> str:
+        """The origin of the dotted ``key`` or of the nearest parent that has one."""
+        best, best_len = BUILT_IN, -1
+        for path, origin in self.at.items():
+            name = dotted(path)
+            covers = key == name or key.startswith((f"{name}.", f"{name}["))
+            if covers and len(name) > best_len:
+                best, best_len = origin, len(name)
+        return best
+
+
+def _read_file(path: Path) -> tuple[Located, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"-f {path}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"-f {path}: not a text file (UTF-8 YAML expected)") from None
+    try:
+        doc = read_yaml(text, str(path))
+    except YamlSyntaxError as exc:
+        raise ConfigError(str(exc)) from None
+    if doc.problems:
+        raise ConfigError("\n".join(p.render(str(path)) for p in doc.problems))
+    if doc.value is not None and not isinstance(doc.value, dict):
+        raise ConfigError(f"{path}:1:1: values must be a mapping of keys, as values.yaml is")
+    return doc, str(path)
+
+
+def _apply_line(base: dict[str, Any], line: str, flag: str, origins: _Origins) -> None:
+    as_string = flag == "--set-string"
+    alone: dict[str, Any] = {}
+    try:
+        parse_into(line, alone, as_string=as_string)
+        parse_into(line, base, as_string=as_string)
+    except SetSyntaxError as exc:
+        raise ConfigError(f"{flag} {line}: {exc}") from None
+    origins.add_line(alone, f"{flag} {line}")
+
+
+def merged_values(
+    files: Sequence[Path], sets: Sequence[str] = (), set_strings: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The built-in values, then ``files``, then ``sets`` and ``set_strings``, as Helm merges
+    them, checked against the schema; ``ConfigError`` naming every problem and its origin."""
+    origins = _Origins()
+    base: dict[str, Any] = {}
+    for path in files:
+        doc, source = _read_file(path)
+        if doc.value:
+            base = merge_maps(base, doc.value)
+            origins.add_file(doc, source)
+    for flag, lines in (("--set", sets), ("--set-string", set_strings)):
+        for line in lines:
+            _apply_line(base, line, flag, origins)
+    values = coalesce(read_yaml(values_text(), "values.yaml").value, base)
+    problems = [
+        (p.key, p.what)
+        for p in sorted(schema_problems(Located(value=values), json.loads(schema_text())))
+    ]
+    if not problems:
+        problems = list(_beyond_schema(values))
+    if problems:
+        raise ConfigError("\n".join(f"{origins.of(key)}: {key}: {what}" for key, what in problems))
+    return values
+
+
+def fleet_discovery(values: Mapping[str, Any]) -> str:
+    """How the fleet finds the node controllers: ``fleet.discovery``, ``auto`` resolved."""
+    way = str(values["fleet"]["discovery"])
+    return str(values["service"]["provider"]) if way == "auto" else way
+
+
+def _beyond_schema(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """What the schema cannot say: keys that must agree with each other."""
+    node, fleet, provider = values["node"], values["fleet"], values["service"]["provider"]
+    for job in ("node", "fleet"):
+        for key in ("interval", "killTimeout"):
+            if parse_duration(values[job][key]).total_seconds() == 0:
+                yield f"{job}.{key}", "must be longer than 0s"
+    if parse_duration(node["killTimeout"]) <= parse_duration(node["interval"]):
+        yield (
+            "node.killTimeout",
+            f"{node['killTimeout']} is not longer than node.interval ({node['interval']}): "
+            "serve finishes its tick before it writes the history; make it longer",
+        )
+    if not fleet["enabled"]:
+        return
+    way = fleet_discovery(values)
+    if way == "none":
+        yield (
+            "fleet.discovery",
+            "'auto' finds the node controllers where service.provider registers them, and it "
+            "is 'none': register them (nomad or consul) or set fleet.discovery=targets",
+        )
+    elif way in ("nomad", "consul") and way != provider:
+        yield (
+            "fleet.discovery",
+            f"{way!r} finds no node controller: service.provider registers them with "
+            f"{provider!r}; use 'auto'",
+        )
+    elif way == "targets" and not fleet["targets"]:
+        yield ("fleet.targets", "is empty: list the node controllers' URLs for 'targets'")
