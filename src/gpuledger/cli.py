@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuledger import __version__
+from gpuledger._build import COMMIT
 from gpuledger.collectors.consul import ConsulSettings, consul_settings_from_env, with_flags
 from gpuledger.collectors.ledgers import check_target, read_targets_file
-from gpuledger._build import COMMIT
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.collectors.tls import TlsSettings
@@ -754,6 +754,8 @@ def cmd_fleet(args: argparse.Namespace, out: TextIO) -> int:
         return fleet.fleet_check(options, policy, out, args.json, args.exit_on)
     serve = fleet.ServeFleet(args.listen, args.interval, args.policy, args.web_config)
     return fleet.fleet_serve(options, policy, serve, out)
+
+
 def cmd_render(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger render``."""
     from gpuledger.commands import render  # noqa: PLC0415 - Jinja2 loads only here
