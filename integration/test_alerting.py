@@ -21,17 +21,12 @@ are marked ``AWAITS_ISSUE_11`` and expected to fail until it is merged.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import shutil
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +35,9 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from daemons import Daemons, Hook, debian_binary, free_port, hook_url
 from gpuledger.sim.world import World, load_scenario
 from promql_names import label_values, legend_labels, names, substitute, targets, template_labels
-from runtimes import missing
 from test_serve import GPULEDGER, STRAY, Serve, eventually
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,49 +69,6 @@ AWAITS_ISSUE_11 = pytest.mark.xfail(
 )
 
 
-def free_port() -> int:
-    """A loopback port free now (the daemons take a port number, not a socket)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass
-class Hook:
-    """Alertmanager's webhook receiver: every POST kept with when it came and its path."""
-
-    received: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)
-
-    def serve(self) -> ThreadingHTTPServer:
-        """Start serving on a loopback port, in a thread."""
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                hook.received.append((time.monotonic(), self.path, json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                """Quiet."""
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
-
-    def alert(self, status: str, **labels: str) -> tuple[float, str, dict[str, Any]] | None:
-        """The first notification carrying an alert with ``labels`` in ``status``: (when,
-        path, alert), with the group's labels and receiver added to the alert."""
-        for when, path, payload in list(self.received):
-            for alert in payload["alerts"]:
-                if alert["status"] == status and labels.items() <= alert["labels"].items():
-                    group = {"groupLabels": payload["groupLabels"], "receiver": payload["receiver"]}
-                    return when, path, {**alert, **group}
-        return None
-
-
 @dataclass
 class Stack:
     """The running stack and where each part answers."""
@@ -143,15 +95,6 @@ class Stack:
         body = answer.json()
         assert body["status"] == "success", (path, params, body)
         return body["data"]
-
-
-def binary(name: str, install: str) -> str:
-    """The path of a Debian binary, or a skip (a failure in CI) saying how to install it."""
-    found = shutil.which(name)
-    if found is None:
-        missing(f"{name} not found: {install}")
-    assert found is not None
-    return found
 
 
 def alertmanager_config(hook_url: str) -> dict[str, Any]:
@@ -195,43 +138,10 @@ def prometheus_config(serve_url: str, alertmanager: str, fleet: str | None) -> d
     }
 
 
-class Daemons:
-    """Processes this module started, each stopped at the end, its log in a file."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, name: str, command: list[str], ready_url: str) -> str:
-        """Start ``command`` and wait until ``ready_url`` answers 200; the base URL."""
-        log = (self.folder / f"{name}.log").open("wb")
-        self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
-
-        def ready() -> bool | None:
-            with contextlib.suppress(requests.ConnectionError):
-                return requests.get(ready_url, timeout=5).status_code == 200 or None
-            assert self.procs[-1].poll() is None, (self.folder / f"{name}.log").read_text()
-            return None
-
-        eventually(ready, f"{name} ready")
-        return "/".join(ready_url.split("/")[:3])
-
-    def stop(self) -> None:
-        """Terminate every process, then kill what is left."""
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    prometheus = binary("prometheus", "apt-get install prometheus")
-    alertmanager = binary("prometheus-alertmanager", "apt-get install prometheus-alertmanager")
+    prometheus = debian_binary("prometheus", "prometheus")
+    alertmanager = debian_binary("prometheus-alertmanager", "prometheus-alertmanager")
     folder = tmp_path_factory.mktemp("alerting")
     world = World.start(load_scenario("demo"), folder / "world")
     hook, daemons = Hook(), Daemons(folder)
@@ -263,11 +173,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         world.stop()
 
 
-def hook_url(server: ThreadingHTTPServer) -> str:
-    host, port = server.server_address[:2]
-    return f"http://{host!s}:{port}"
-
-
 def start_fleet(daemons: Daemons, serve_url: str) -> str:
     """``gpuledger fleet serve`` over the one node controller, Nomad left out."""
     port = free_port()
@@ -279,7 +184,9 @@ def start_fleet(daemons: Daemons, serve_url: str) -> str:
 # --------------------------------------------------------------------------- the drift alerts
 
 
-def test_a_task_on_a_gpu_it_did_not_reserve_is_alerted_then_resolved(stack: Stack) -> None:
+def test_a_task_on_a_gpu_it_did_not_reserve_is_alerted_then_resolved(
+    stack: Stack, record_property: Any
+) -> None:
     stray = {"alertname": "GPULedgerUnreservedTenant", "uuid": STRAY["gpu"]}
     # Prometheus sees the node before the drift, and nothing about the stray.
     eventually(
@@ -295,6 +202,7 @@ def test_a_task_on_a_gpu_it_did_not_reserve_is_alerted_then_resolved(stack: Stac
         lambda: stack.hook.alert("firing", **stray), "the firing alert", FOR_S + SLACK_S
     )
     # No sooner than the rule's `for`, within the bound after it.
+    record_property("firing_after_s", round(when - drifted, 2))
     assert FOR_S <= when - drifted <= FOR_S + SLACK_S, when - drifted
     assert path == "/gpuledger/critical"
     assert alert["receiver"] == "gpuledger-critical"
@@ -318,6 +226,7 @@ def test_a_task_on_a_gpu_it_did_not_reserve_is_alerted_then_resolved(stack: Stac
     ended = time.monotonic()
     stack.world.update(processes=before)
     when, path, _ = eventually(lambda: stack.hook.alert("resolved", **stray), "the resolution")
+    record_property("resolved_after_s", round(when - ended, 2))
     assert when - ended <= SLACK_S, when - ended
     assert path == "/gpuledger/critical"
 

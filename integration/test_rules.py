@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_binary
+from daemons import debian_binary
 
 HERE = Path(__file__).resolve().parent.parent / "deploy/prometheus"
 TESTS = sorted(HERE.glob("gpuledger.*.test.yml"))
@@ -21,12 +21,12 @@ TESTS = sorted(HERE.glob("gpuledger.*.test.yml"))
 
 @pytest.fixture
 def promtool() -> str:
-    return require_binary("promtool", "apt-get install prometheus")
+    return debian_binary("promtool", "prometheus")
 
 
 @pytest.fixture
 def amtool() -> str:
-    return require_binary("amtool", "apt-get install prometheus-alertmanager")
+    return debian_binary("amtool", "prometheus-alertmanager")
 
 
 def run(*command: str | Path) -> subprocess.CompletedProcess[str]:
