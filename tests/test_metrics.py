@@ -6,13 +6,14 @@ MiB times 2**20 is bytes, counters are the history's seconds.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from gpuledger import __version__
-from gpuledger.controller.history import History
+from gpuledger.controller.history import GpuMark, History
 from gpuledger.controller.loop import Snapshot
 from gpuledger.model import (
     AllocRef,
@@ -320,3 +321,60 @@ def test_the_mig_exposition_parses_strictly() -> None:
     body, _ = render(mig_snapshot(), "application/openmetrics-text; version=1.0.0")
     names = {m.name for m in text_string_to_metric_families(body.decode())}
     assert {"gpuledger_mig_instance_state", "gpuledger_mig_instance_state_seconds"} <= names
+
+
+def samples(snap: Snapshot, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of one family: its sorted labels, its value."""
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for m in registry(snap).collect()
+        for s in m.samples
+        if s.name == name
+    }
+
+
+def test_the_interval_is_exported_so_a_rule_can_tell_silent_from_slow() -> None:
+    assert value("gpuledger_interval_seconds") == 15
+
+
+def test_each_reserved_gpu_names_its_job_and_a_held_idle_gpu_its_since_when() -> None:
+    snap = snapshot()
+    idle_since = AT - timedelta(hours=7)
+    history = replace(
+        snap.history,
+        gpus={A: GpuMark(GpuState.HELD, AT - timedelta(hours=8), "a1", idle_since)},
+    )
+    snap = replace(snap, history=history)
+    job = {"namespace": "research", "nomad_job": "train", "task": "trainer"}
+    assert samples(snap, "gpuledger_gpu_reservation") == {
+        tuple(sorted({"uuid": A, **job}.items())): 1.0
+    }
+    assert samples(snap, "gpuledger_gpu_held_idle_since_timestamp_seconds") == {
+        (("uuid", A),): idle_since.timestamp()
+    }
+
+
+def test_one_series_per_open_finding_naming_its_gpu_and_job_never_a_pid() -> None:
+    snap = snapshot()
+    stray = Finding(
+        Code.UNRESERVED_TENANT,
+        Level.BAD,
+        C,
+        "n1",
+        "m",
+        {"pid": 9, "alloc": "a1", "namespace": "research", "job": "train", "task": "trainer"},
+        AT,
+        "alloc:a1/trainer",
+    )
+    snap = replace(snap, ledger=replace(snap.ledger, findings=(*snap.ledger.findings, stray)))
+    blank = {"namespace": "", "nomad_job": "", "task": ""}
+    expected = [
+        {"code": "source-unavailable", "level": "ERROR", "uuid": "", **blank},
+        # Two host commands on GPU B are two findings, one series: nothing else tells them apart.
+        {"code": "unmanaged-tenant", "level": "WARN", "uuid": B, **blank},
+        {"code": "unreserved-tenant", "level": "BAD", "uuid": C, "namespace": "research",
+         "nomad_job": "train", "task": "trainer"},
+    ]  # fmt: skip
+    assert samples(snap, "gpuledger_finding_open") == {
+        tuple(sorted(labels.items())): 1.0 for labels in expected
+    }

@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from gpuledger.controller.fleet_loop import FleetSnapshot
 from gpuledger.model import Code, GpuState, Level
 from gpuledger.model.fleet import Fleet, NodeStatus
-from gpuledger.views.metrics import build_family, exposition
+from gpuledger.views.metrics import JOB_LABELS, build_family, exposition, finding_labels
 
 __all__ = ["FleetCollector", "render"]
 
@@ -37,6 +37,7 @@ class FleetCollector:
         if self.snapshot is not None:
             yield from _count_families(self.snapshot.fleet)
             yield from _node_families(self.snapshot.fleet)
+            yield _finding_open_family(self.snapshot.fleet)
             yield from _sweep_families(self.snapshot)
 
 
@@ -100,6 +101,20 @@ def _node_families(fleet: Fleet) -> Iterator[Metric]:
     for name, status in fleet.sources.items():
         sources.add_metric([name], 0.0 if status.failing else 1.0)
     yield sources
+
+
+def _finding_open_family(fleet: Fleet) -> GaugeMetricFamily:
+    """1 per open finding of the fleet, naming its node, GPU and Nomad job: what an alert on
+    ``controller-missing`` names."""
+    open_ = {(f.node or "", *finding_labels(f)) for f in fleet.findings}
+    family = _gauge(
+        "finding_open",
+        "1 for each open finding of the fleet, naming its node, GPU and Nomad job.",
+        ["node", "code", "level", *JOB_LABELS],
+    )
+    for labels in sorted(open_):
+        family.add_metric(list(labels), 1.0)
+    return family
 
 
 def _sweep_families(snap: FleetSnapshot) -> Iterator[Metric]:

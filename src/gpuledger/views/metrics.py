@@ -23,7 +23,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpuledger import __version__
 from gpuledger.controller.loop import Snapshot
-from gpuledger.model import Code, GpuState, LedgerGpu, LedgerUnit, Level
+from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, LedgerUnit, Level
 
 MIB = 1024 * 1024
 STATES = tuple(GpuState)
@@ -51,6 +51,8 @@ class SnapshotCollector:
             yield from _instance_families(self.snapshot)
             yield from _count_families(self.snapshot)
             yield from _node_families(self.snapshot)
+            yield from _reservation_families(self.snapshot)
+            yield _finding_open_family(self.snapshot.ledger)
 
 
 def build_family() -> InfoMetricFamily:
@@ -284,6 +286,11 @@ def _node_families(snap: Snapshot) -> Iterator[Metric]:
         value=ledger.at.timestamp(),
     )
     yield GaugeMetricFamily(
+        "gpuledger_interval_seconds",
+        "The reconcile interval (--interval): a rule tells a silent controller from a slow one.",
+        value=snap.interval.total_seconds(),
+    )
+    yield GaugeMetricFamily(
         "gpuledger_history_write_ok",
         "1 when the history file was written at the last reconcile (1 without --history).",
         value=0.0 if snap.history_error else 1.0,
@@ -293,3 +300,55 @@ def _node_families(snap: Snapshot) -> Iterator[Metric]:
 def render(snapshot: Snapshot | None, accept: str) -> tuple[bytes, str]:
     """The exposition of ``snapshot`` in the format ``accept`` asks for, and its content type."""
     return exposition(SnapshotCollector(snapshot), accept)
+
+
+JOB_LABELS = ["uuid", "namespace", "nomad_job", "task"]
+
+
+def _reservation_families(snap: Snapshot) -> Iterator[Metric]:
+    """Whose each reserved GPU is, and since when a held one idles: what an alert needs to
+    name a GPU's job and say for how long."""
+    reservation = _gauge(
+        "gpuledger_gpu_reservation", "1 for each GPU Nomad reserved, naming its task.", JOB_LABELS
+    )
+    held_idle = _gauge(
+        "gpuledger_gpu_held_idle_since_timestamp_seconds",
+        "Since when a held GPU has stayed below the policy's held-idle utilisation (Unix time).",
+        ["uuid"],
+    )
+    for unit in snap.ledger.units():
+        res, uuid = unit.reservation, unit.uuid
+        if res is not None:
+            reservation.add_metric([uuid, res.namespace or "", res.job or "", res.task or ""], 1)
+        mark = snap.history.gpus.get(uuid)
+        if mark is not None and mark.held_idle_since is not None:
+            held_idle.add_metric([uuid], mark.held_idle_since.timestamp())
+    yield reservation
+    yield held_idle
+
+
+def finding_labels(f: Finding) -> tuple[str, ...]:
+    """``code``, ``level``, ``uuid``, ``namespace``, ``nomad_job``, ``task`` of a finding's
+    ``finding_open`` series (empty where it has none; never its PID or allocation)."""
+    subject = f.subject
+    return (
+        f.code.value,
+        f.level.name,
+        f.gpu or "",
+        *(str(subject.get(key) or "") for key in ("namespace", "job", "task")),
+    )
+
+
+def _finding_open_family(ledger: Ledger) -> GaugeMetricFamily:
+    """1 per open finding, so that an alert names its GPU and Nomad job."""
+    # Findings that differ only in what no label carries (two host commands on one GPU) are
+    # one series: a duplicate sample would fail the whole scrape.
+    open_ = {finding_labels(f) for f in ledger.findings}
+    finding_open = _gauge(
+        "gpuledger_finding_open",
+        "1 for each open finding, naming its GPU and Nomad job (empty where it has none).",
+        ["code", "level", *JOB_LABELS],
+    )
+    for labels in sorted(open_):
+        finding_open.add_metric(list(labels), 1)
+    return finding_open
