@@ -1,4 +1,5 @@
-"""The JSON contract: the documents of ``ls --json``, ``check --json``, ``/ledger``, ``/findings``.
+"""The JSON contract: the documents of ``ls --json``, ``check --json``, ``/ledger``, ``/findings``
+and ``report --json``.
 
 Every document carries ``"schema": SCHEMA``. What bumps it: removing or renaming a key or
 changing its meaning; adding a key does not. Golden files under ``tests/golden`` pin it, and the
@@ -10,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import overload
 
+from gpuledger.model.report import Report, UseHours
 from gpuledger.model.values import AllocRef, Finding, Ledger, LedgerGpu, NodeInfo, Tenant
 
 SCHEMA = 1
@@ -122,4 +124,42 @@ def findings_doc(ledger: Ledger) -> dict[str, object]:
         "node": node_doc(ledger.node),
         "worst": ledger.worst.name,
         "findings": [finding_doc(f) for f in ledger.findings],
+    }
+
+
+HOURS_DIGITS = 6
+"""Hours are written to the microhour (3.6 ms): enough for any count, and free of float noise."""
+
+
+def _hours(value: float) -> float:
+    return round(value, HOURS_DIGITS)
+
+
+def _use_doc(row: UseHours) -> dict[str, float | None]:
+    share = row.idle_share
+    return {
+        "reservedHours": _hours(row.reserved),
+        "heldHours": _hours(row.held),
+        "idleHours": _hours(row.idle),
+        "idleShare": None if share is None else _hours(share),
+    }
+
+
+def report_doc(report: Report) -> dict[str, object]:
+    """The document of ``report --json``: GPU-hours per job (most idle first), node, in all."""
+    return {
+        "schema": SCHEMA,
+        "since": iso_time(report.window.since),
+        "until": iso_time(report.window.until),
+        "jobs": [
+            {"namespace": row.key[0], "job": row.key[1], **_use_doc(row)} for row in report.jobs
+        ],
+        "nodes": [
+            {"node": n.node, "hours": {s: _hours(h) for s, h in n.hours.items()}}
+            for n in report.nodes
+        ],
+        "totals": {
+            **_use_doc(report.totals),
+            "hours": {s: _hours(h) for s, h in report.state_totals.items()},
+        },
     }

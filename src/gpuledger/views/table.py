@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from gpuledger.model import AllocRef, Finding, Ledger, LedgerGpu, Tenant
 
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     """Escape control characters: a process title must not drive the operator's terminal."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+def columns(rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> list[str]:
+    """The rows as aligned text lines; the columns numbered in ``right`` are right-aligned."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
         for row in rows
     ]
 
@@ -87,12 +91,12 @@ def render_ledger(ledger: Ledger) -> str:
     header = ["GPU", "STATE", "UTIL", "MEMORY", "TEMP", "RESERVED BY", "TENANTS"]
     rows = [header] + [row for lgpu in ledger.gpus for row in _gpu_rows(lgpu)]
     if ledger.gpus:
-        lines.extend(_columns(rows))
+        lines.extend(columns(rows))
     else:
         lines.append("no GPU could be read")
     lines.append("")
     lines.append(render_findings(ledger).rstrip("\n"))
-    return _printable("\n".join(lines)) + "\n"
+    return printable("\n".join(lines)) + "\n"
 
 
 def _finding_row(f: Finding, index: dict[str, int]) -> list[str]:
@@ -106,8 +110,8 @@ def render_findings(ledger: Ledger) -> str:
         return f"no findings on {ledger.node.name} (worst: OK)\n"
     index = {lgpu.gpu.uuid: lgpu.gpu.index for lgpu in ledger.gpus}
     rows = [["LEVEL", "CODE", "GPU", "MESSAGE"], *(_finding_row(f, index) for f in ledger.findings)]
-    lines = _columns(rows)
+    lines = columns(rows)
     lines.append(
         f"{len(ledger.findings)} findings on {ledger.node.name} (worst: {ledger.worst.name})"
     )
-    return _printable("\n".join(lines)) + "\n"
+    return printable("\n".join(lines)) + "\n"
