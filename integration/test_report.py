@@ -17,8 +17,6 @@ import json
 import shutil
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -26,62 +24,16 @@ import bcrypt
 import pytest
 import requests
 
-from gpuledger.cli import main
 from nomad_pki import make_pki
-from prometheus_server import PrometheusServer, backfill, free_port
-from report_history import HOUR, STEP, WEEK, World, cluster, expected_jobs, openmetrics
+from prometheus_server import PrometheusServer, free_port
+from report_fixtures import UNTIL, Week, prometheus, report, server_on, week
+from report_history import HOUR, STEP, WEEK, expected_jobs
 from report_history import expected_node_states as expected_nodes
-from runtimes import require_binary
 
-END = int(datetime(2026, 11, 16, tzinfo=timezone.utc).timestamp())
-"""The window's end: a fixed Monday, so the README's table and picture are this test's own."""
-UNTIL = "2026-11-16T00:00:00Z"
+__all__ = ["prometheus", "week"]  # the fixtures this module uses
+
 TOKEN = "s3cret-bearer-token"  # noqa: S105 - the token proxy's, for this test only
 PASSWORD = "correct horse"  # noqa: S105
-
-
-@dataclass(frozen=True)
-class Week:
-    """The backfilled TSDB and the world it was made from."""
-
-    data: Path
-    world: World
-
-
-@pytest.fixture(scope="module")
-def week(tmp_path_factory: pytest.TempPathFactory) -> Week:
-    promtool = require_binary("promtool", "prometheus")
-    folder = tmp_path_factory.mktemp("week")
-    world = cluster()
-    om = folder / "week.om"
-    with om.open("w") as f:
-        f.writelines(openmetrics(world, END - WEEK))
-    backfill(promtool, om, folder / "data")
-    return Week(folder / "data", world)
-
-
-def _server(week: Week, folder: Path, **kwargs: object) -> PrometheusServer:
-    """A Prometheus on a copy of the week (two servers cannot share one TSDB)."""
-    binary = require_binary("prometheus", "prometheus")
-    data = folder / "data"
-    shutil.copytree(week.data, data)
-    return PrometheusServer(binary, data, folder, **kwargs)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def prometheus(week: Week, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    server = _server(week, tmp_path_factory.mktemp("prom")).start()
-    yield server
-    server.stop()
-
-
-def report(
-    capsys: pytest.CaptureFixture[str], url: str, *args: str, until: str = UNTIL
-) -> tuple[int, str, str]:
-    """Run ``gpuledger report`` in-process: (exit code, stdout, stderr)."""
-    out = io.StringIO()
-    code = main(["report", "--prometheus", url, "--since", "7d", "--until", until, *args], out)
-    return code, out.getvalue(), capsys.readouterr().err
 
 
 def hours(seconds: float) -> float:
@@ -249,7 +201,7 @@ def test_a_warning_means_partial_data_and_is_an_error(
     turns a secondary store's error into one): the figures may lack that store's data."""
     dead = free_port()
     config = f"remote_read:\n  - url: http://127.0.0.1:{dead}/read\n    read_recent: true\n"
-    server = _server(week, tmp_path, config=config).start()
+    server = server_on(week, tmp_path, config=config).start()
     try:
         code, out, err = report(capsys, server.url)
     finally:
@@ -270,7 +222,7 @@ def guarded(week: Week, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pr
         f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
         f"basic_auth_users:\n  alice: '{hashed}'\n"
     )
-    server = _server(
+    server = server_on(
         week,
         folder,
         web_config=web,

@@ -28,8 +28,9 @@ from gpuledger.model.report import Sample
 
 SOURCE = "prometheus"
 _GRACE_S = 5.0
-"""The client waits this much longer than Prometheus is told to, so that Prometheus's own
-timeout answer (503, ``errorType: timeout``) arrives rather than a cut connection."""
+"""The client waits up to this much longer than Prometheus is told to (at most twice as long),
+so that Prometheus's own timeout answer (503, ``errorType: timeout``) arrives rather than a
+cut connection."""
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()]+)")
 _CERT = re.compile(r"certificate verify failed: ([^'\"(]+)")
 
@@ -96,6 +97,10 @@ class PrometheusClient:
         return f"PrometheusClient({self._shown})"
 
     @property
+    def _wait_s(self) -> float:
+        return self._settings.timeout + min(_GRACE_S, self._settings.timeout)
+
+    @property
     def _shown(self) -> str:
         return redact_url_passwords(self._settings.url)
 
@@ -114,7 +119,7 @@ class PrometheusClient:
             response = self._session.get(
                 f"{self._settings.url}/api/v1/query",
                 params=params,
-                timeout=self._settings.timeout + _GRACE_S,
+                timeout=self._wait_s,
             )
         except requests.RequestException as err:
             raise self._transport_error(err) from None
@@ -196,7 +201,7 @@ class PrometheusClient:
         if isinstance(err, requests.Timeout):
             return SourceError(
                 SOURCE,
-                f"{self._shown} did not answer within {self._settings.timeout + _GRACE_S:g}s "
+                f"{self._shown} did not answer within {self._wait_s:g}s "
                 "(raise --timeout, or shorten --since)",
             )
         errno = _ERRNO.search(text)

@@ -64,24 +64,25 @@ def _use_table(report: Report) -> list[str]:
     if not report.rows:
         return ["No job reserved a GPU in this window."]
     rows = [[*keys, "RESERVED H", "HELD H", "IDLE H", "IDLE SHARE"]]
-    rows += [[*(k or "-" for k in r.key), *_use_cells(r)] for r in report.rows]
+    rows += [[*(printable(k) or "-" for k in r.key), *_use_cells(r)] for r in report.rows]
     rows.append(["TOTAL", *[""] * (len(keys) - 1), *_use_cells(report.totals)])
     return columns(rows, right=range(len(keys), len(keys) + 4))
 
 
 def _node_table(report: Report) -> list[str]:
     states = states_of(report)
-    rows = [["NODE", *(f"{s.upper()} H" for s in states)]]
+    rows = [["NODE", *(f"{printable(s).upper()} H" for s in states)]]
     for n in report.nodes:
-        rows.append([n.node or "-", *(_h(n.hours[s]) if s in n.hours else "-" for s in states)])
+        cells = [_h(n.hours[s]) if s in n.hours else "-" for s in states]
+        rows.append([printable(n.node) or "-", *cells])
     rows.append(["TOTAL", *(_h(report.state_totals[s]) for s in states)])
     return columns(rows, right=range(1, len(states) + 1))
 
 
 def render_table(report: Report) -> str:
     """The report for a terminal: the rows (most idle first), then each node's state hours."""
-    lines = [_window_line(report), "", *_use_table(report), "", *_node_table(report)]
-    return printable("\n".join(lines)) + "\n"
+    lines = [printable(_window_line(report)), "", *_use_table(report), "", *_node_table(report)]
+    return "\n".join(lines) + "\n"
 
 
 def render_csv(report: Report) -> str:
