@@ -117,18 +117,17 @@ def state_lines(gpu: int, lo: int, hi: int) -> Iterator[str]:
 
 def chunk(path: Path, lo: int, hi: int) -> int:
     """Write the scrapes of [lo, hi) as one OpenMetrics file; the number of samples."""
+    families = (
+        ("gpuledger_job_gpu_seconds", "GPU-seconds each Nomad job held or left idle.",
+         (text for job in range(JOBS) for text in job_lines(job, lo, hi))),
+        ("gpuledger_gpu_state_seconds", "Seconds each GPU spent in each state.",
+         (text for gpu in range(GPUS) for text in state_lines(gpu, lo, hi))),
+    )  # fmt: skip
     lines = 0
     with path.open("w") as f:
-        f.write("# HELP gpuledger_job_gpu_seconds GPU-seconds each Nomad job held or left idle.\n")
-        f.write("# TYPE gpuledger_job_gpu_seconds counter\n")
-        for job in range(JOBS):
-            for text in job_lines(job, lo, hi):
-                f.write(text)
-                lines += text.count("\n")
-        f.write("# HELP gpuledger_gpu_state_seconds Seconds each GPU spent in each state.\n")
-        f.write("# TYPE gpuledger_gpu_state_seconds counter\n")
-        for gpu in range(GPUS):
-            for text in state_lines(gpu, lo, hi):
+        for name, doc, series in families:
+            f.write(f"# HELP {name} {doc}\n# TYPE {name} counter\n")
+            for text in series:
                 f.write(text)
                 lines += text.count("\n")
         f.write("# EOF\n")
