@@ -385,9 +385,13 @@ def test_a_window_given_by_two_times_is_asked_for_with_its_length(
             ["--prometheus", prom.url + "/", "--since", "2026-11-15", "--until", "1794787200"],
             capsys,
         )
-    assert code == 0
-    assert [s.params["time"] for s in prom.seen] == ["1794787200.000"] * 2
+        bare, _, _ = run(
+            ["--prometheus", prom.url, "--since", "1794780000", "--until", "1794787200"], capsys
+        )
+    assert code == bare == 0
+    assert [s.params["time"] for s in prom.seen] == ["1794787200.000"] * 4
     assert "[86400s]" in prom.seen[0].params["query"]
+    assert "[7200s]" in prom.seen[2].params["query"]  # a bare number is a time, not seconds
 
 
 def test_a_prometheus_without_gpuledger_s_counters_is_an_error(

@@ -84,7 +84,10 @@ def _instant(text: str) -> datetime:
 
 
 def _since(text: str) -> timedelta | datetime:
+    """A duration with its unit (7d, 12h), else a time; a bare number is Unix seconds."""
     try:
+        if text.strip().replace(".", "", 1).isdigit():
+            return _instant(text)
         return _duration(text)
     except argparse.ArgumentTypeError:
         try:
