@@ -304,10 +304,10 @@ def test_a_wrong_prefix_is_a_404_named_as_such() -> None:
 
 
 def test_a_prometheus_that_does_not_answer_in_time_is_named() -> None:
-    with fake_prometheus(delay=1.0) as prom, pytest.raises(SourceError) as caught:
+    with fake_prometheus(delay=2.0) as prom, pytest.raises(SourceError) as caught:
         client(prom.url, timeout=0.2).query("up", UNTIL)
     assert str(caught.value) == (
-        f"prometheus: {prom.url} did not answer within 0.4s (raise --timeout, or shorten --since)"
+        f"prometheus: {prom.url} did not answer within 1.2s (raise --timeout, or shorten --since)"
     )
 
 

@@ -27,10 +27,10 @@ from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.report import Sample
 
 SOURCE = "prometheus"
-_GRACE_S = 5.0
-"""The client waits up to this much longer than Prometheus is told to (at most twice as long),
-so that Prometheus's own timeout answer (503, ``errorType: timeout``) arrives rather than a
-cut connection."""
+_GRACE_S = (1.0, 5.0)
+"""The client waits longer than Prometheus is told to, by the timeout itself but at least 1 s
+and at most 5 s, so that Prometheus's own timeout answer (503, ``errorType: timeout``) arrives
+rather than a cut connection."""
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()]+)")
 _CERT = re.compile(r"certificate verify failed: ([^'\"(]+)")
 
@@ -98,7 +98,8 @@ class PrometheusClient:
 
     @property
     def _wait_s(self) -> float:
-        return self._settings.timeout + min(_GRACE_S, self._settings.timeout)
+        low, high = _GRACE_S
+        return self._settings.timeout + min(high, max(low, self._settings.timeout))
 
     @property
     def _shown(self) -> str:
