@@ -1,6 +1,7 @@
 """Seven days of a small GPU cluster as ``gpuledger serve`` would have counted them, for
-``test_report.py``: the counters as OpenMetrics (for ``promtool tsdb create-blocks-from``),
-and the hours each job and node should show, worked out apart from the counters.
+``test_report_prometheus.py``: the counters as OpenMetrics (for ``promtool tsdb
+create-blocks-from``), and the hours each job and node should show, worked out apart from the
+counters.
 
 A fake shares no code with what it fakes: nothing here imports gpuledger. The world is a list
 of reservations (a job's allocation on one GPU, with the spans a process of it ran), processes

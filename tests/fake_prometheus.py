@@ -3,7 +3,7 @@
 It answers ``GET <prefix>/api/v1/query`` by the query's text: each answer is an HTTP status and
 a body, chosen by a function of the query. Every request is kept, headers included, so a test
 can see what the real client sent (the token, the time, the path prefix). The real Prometheus
-is in ``integration/test_report.py``.
+is in ``integration/test_report_prometheus.py``.
 """
 
 from __future__ import annotations

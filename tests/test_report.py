@@ -2,8 +2,9 @@
 
 The client talks to a fake Prometheus on loopback (``fake_prometheus.py``) that replays what a
 real Prometheus 2.42 answered (``tests/fixtures/prometheus``); the real one, with a week whose
-hours are worked out apart, is in ``integration/test_report.py``. ``GPULEDGER_REGEN_GOLDEN=1``
-rewrites ``tests/golden/report.json`` (review the diff: a removed or renamed key bumps schema).
+hours are worked out apart, is in ``integration/test_report_prometheus.py``.
+``GPULEDGER_REGEN_GOLDEN=1`` rewrites ``tests/golden/report.json`` (review the diff: a removed
+or renamed key bumps schema).
 """
 
 from __future__ import annotations
