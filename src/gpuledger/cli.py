@@ -1,5 +1,5 @@
-"""The ``gpuledger`` command line: ``ls``, ``check``, ``serve``, ``fleet``, ``policy``,
-``render`` and ``demo``.
+"""The ``gpuledger`` command line: ``ls``, ``check``, ``serve``, ``fleet``, ``report``,
+``policy``, ``render`` and ``demo``.
 
 Exit codes: 0 done (``check``: nothing at or above ``--exit-on``), 1 ``check`` found something at
 or above it (or ``policy check`` found problems), 2 a usage error — always a message that names
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TextIO
 
@@ -23,6 +23,8 @@ from gpuledger._build import COMMIT
 from gpuledger.collectors.consul import ConsulSettings, consul_settings_from_env, with_flags
 from gpuledger.collectors.ledgers import check_target, read_targets_file
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
+from gpuledger.collectors.prometheus import PrometheusSettings, read_basic_auth
+from gpuledger.collectors.prometheus import check_url as check_prometheus_url
 from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.collectors.tls import TlsSettings
 from gpuledger.commands.fleet import Discover, FleetOptions
@@ -34,7 +36,8 @@ from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import ConfigError, HistoryCorruptError, PolicyError, UsageError
 from gpuledger.model import Ledger, Level
-from gpuledger.model.contract import findings_doc, ledger_doc
+from gpuledger.model.contract import findings_doc, iso_time, ledger_doc
+from gpuledger.model.report import By, Window
 from gpuledger.model.text import excerpt
 from gpuledger.policy.load import (
     default_policy,
@@ -73,6 +76,103 @@ def _duration(text: str) -> timedelta:
     if span <= timedelta(0):
         raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0s")
     return span
+
+
+def _instant(text: str) -> datetime:
+    """RFC 3339 (UTC when no offset is given) or Unix seconds."""
+    stripped = text.strip()
+    try:
+        if stripped.replace(".", "", 1).isdigit():
+            return datetime.fromtimestamp(float(stripped), timezone.utc)
+        at = datetime.fromisoformat(stripped.removesuffix("Z").removesuffix("z"))
+    except (ValueError, OverflowError, OSError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: use RFC 3339 (2026-11-30T12:00:00Z) or Unix seconds"
+        ) from None
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+def _since(text: str) -> timedelta | datetime:
+    """A duration with its unit (7d, 12h), else a time; a bare number is Unix seconds."""
+    try:
+        if text.strip().replace(".", "", 1).isdigit():
+            return _instant(text)
+        return _duration(text)
+    except argparse.ArgumentTypeError:
+        try:
+            return _instant(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither a duration (7d, 12h) nor a time (RFC 3339, Unix seconds)"
+            ) from None
+
+
+def _report_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    report = sub.add_parser(
+        "report",
+        help="GPU-hours and waste per job, read back from Prometheus",
+        description="GPU-hours each job reserved, held and left idle, and each node's hours "
+        "in each state, from gpuledger's counters in Prometheus (increase() over the window).",
+    )
+    report.add_argument(
+        "--prometheus",
+        required=True,
+        metavar="URL",
+        help="Prometheus's base URL, with its path prefix if it has one",
+    )
+    report.add_argument(
+        "--since",
+        type=_since,
+        default=timedelta(days=7),
+        metavar="DURATION|TIME",
+        help="the window's start: how long before --until (7d, 12h), or a time (default 7d)",
+    )
+    report.add_argument(
+        "--until",
+        type=_instant,
+        metavar="TIME",
+        help="the window's end: RFC 3339 or Unix seconds (default now)",
+    )
+    report.add_argument(
+        "--by",
+        choices=("job", "namespace", "node"),
+        default="job",
+        help="the rows of the table, the CSV and the bars (default job)",
+    )
+    fmt = report.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="the JSON document (schema 1)")
+    fmt.add_argument("--csv", action="store_true", help="the rows as CSV, with a header")
+    fmt.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="write a self-contained HTML page with bars to FILE (- for stdout)",
+    )
+    access = report.add_argument_group("access to Prometheus")
+    access.add_argument(
+        "--prometheus-token-env",
+        metavar="NAME",
+        help="send the bearer token held by the environment variable NAME",
+    )
+    access.add_argument(
+        "--prometheus-basic-auth-file",
+        type=Path,
+        metavar="FILE",
+        help="HTTP basic auth: USER:PASSWORD on the file's first line",
+    )
+    access.add_argument(
+        "--prometheus-ca-cert",
+        type=Path,
+        metavar="FILE",
+        help="trust this CA for https:// (default: the system's CAs)",
+    )
+    access.add_argument(
+        "--timeout",
+        type=_duration,
+        default=timedelta(minutes=2),
+        metavar="DURATION",
+        help="how long Prometheus may take over one query (default 2m)",
+    )
 
 
 def _source_options(p: argparse.ArgumentParser) -> None:
@@ -474,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="time between reconciles (default 15s)",
     )
     _source_options(serve)
+    _report_parser(sub)
     pol = sub.add_parser("policy", help="show, validate or test a policy")
     psub = pol.add_subparsers(
         dest="policy_command", required=True, metavar="ACTION", parser_class=_Parser
@@ -766,6 +867,63 @@ def cmd_render(args: argparse.Namespace, out: TextIO) -> int:
     return render.render(args.values_files, args.sets, args.set_strings, args.output_dir, out)
 
 
+def _report_window(args: argparse.Namespace) -> Window:
+    now = SystemClock().now()
+    until: datetime = args.until or now.replace(microsecond=0)
+    if until > now:
+        raise UsageError(f"--until {iso_time(until)} is in the future; leave it out for now")
+    since = args.since if isinstance(args.since, datetime) else until - args.since
+    seconds = int((until - since).total_seconds())
+    if seconds < 1:
+        raise UsageError(
+            f"--until {iso_time(until)} is not after --since {iso_time(since)}: the window "
+            "is (--since, --until]"
+        )
+    return Window(until=until, seconds=seconds)
+
+
+def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings:
+    token = None
+    if args.prometheus_token_env is not None:
+        if args.prometheus_basic_auth_file is not None:
+            raise UsageError(
+                "pass --prometheus-token-env or --prometheus-basic-auth-file, not both"
+            )
+        token = os.environ.get(args.prometheus_token_env, "").strip()
+        if not token:
+            raise UsageError(
+                f"--prometheus-token-env {args.prometheus_token_env}: that environment "
+                "variable is not set or empty"
+            )
+    basic = args.prometheus_basic_auth_file
+    return PrometheusSettings(
+        url=check_prometheus_url(args.prometheus),
+        token=token,
+        basic_auth=read_basic_auth(basic) if basic is not None else None,
+        ca_cert=args.prometheus_ca_cert,
+        timeout=args.timeout.total_seconds(),
+    )
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    """``gpuledger report``."""
+    from gpuledger.commands.report import ReportOptions, run_report  # noqa: PLC0415
+
+    if args.json and args.by != "job":
+        raise UsageError(
+            f"--by {args.by} shapes the table, --csv and --html; the --json document always "
+            "lists jobs, nodes and totals"
+        )
+    options = ReportOptions(
+        settings=_prometheus_settings(args),
+        window=_report_window(args),
+        by=By(args.by),
+        output="json" if args.json else "csv" if args.csv else "table",
+        html=args.html,
+    )
+    return run_report(options, out)
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger demo``."""
     if args.fleet:
@@ -781,6 +939,7 @@ COMMANDS = {
     "ls": cmd_ls,
     "check": cmd_check,
     "serve": cmd_serve,
+    "report": cmd_report,
     "policy": cmd_policy,
     "render": cmd_render,
     "demo": cmd_demo,

@@ -1,5 +1,5 @@
 """The JSON contract: the documents of ``ls --json``, ``check --json``, ``/ledger``, ``/findings``,
-and the fleet's ``fleet ls --json`` and ``/fleet``.
+the fleet's ``fleet ls --json`` and ``/fleet``, and ``report --json``.
 
 Every document carries ``"schema": SCHEMA``. What bumps it: removing or renaming a key or
 changing its meaning; adding a key does not. Golden files under ``tests/golden`` pin it, and the
@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import overload
 
 from gpuledger.model.fleet import Fleet, FleetNode
+from gpuledger.model.report import Report, UseHours
 from gpuledger.model.values import (
     AllocRef,
     Finding,
@@ -239,4 +240,42 @@ def fleet_findings_doc(fleet: Fleet) -> dict[str, object]:
         "at": iso_time(fleet.at),
         "worst": fleet.worst.name,
         "findings": _fleet_findings(fleet),
+    }
+
+
+HOURS_DIGITS = 6
+"""Hours are written to the microhour (3.6 ms): enough for any count, and free of float noise."""
+
+
+def _hours(value: float) -> float:
+    return round(value, HOURS_DIGITS)
+
+
+def _use_doc(row: UseHours) -> dict[str, float | None]:
+    share = row.idle_share
+    return {
+        "reservedHours": _hours(row.reserved),
+        "heldHours": _hours(row.held),
+        "idleHours": _hours(row.idle),
+        "idleShare": None if share is None else _hours(share),
+    }
+
+
+def report_doc(report: Report) -> dict[str, object]:
+    """The document of ``report --json``: GPU-hours per job (most idle first), node, in all."""
+    return {
+        "schema": SCHEMA,
+        "since": iso_time(report.window.since),
+        "until": iso_time(report.window.until),
+        "jobs": [
+            {"namespace": row.key[0], "job": row.key[1], **_use_doc(row)} for row in report.jobs
+        ],
+        "nodes": [
+            {"node": n.node, "hours": {s: _hours(h) for s, h in n.hours.items()}}
+            for n in report.nodes
+        ],
+        "totals": {
+            **_use_doc(report.totals),
+            "hours": {s: _hours(h) for s, h in report.state_totals.items()},
+        },
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from gpuledger.model import AllocRef, Finding, Ledger, LedgerGpu, LedgerInstance, Tenant
 
@@ -26,12 +26,16 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def columns(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Rows as left-aligned columns two spaces apart, every cell made printable."""
+def columns(rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> list[str]:
+    """Rows as aligned columns two spaces apart, every cell made printable; the columns
+    numbered in ``right`` are right-aligned."""
     rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
         for row in rows
     ]
 

@@ -1,0 +1,140 @@
+"""``gpuledger report --html`` opened in a real Chromium (Debian's ``chromium``, driven by
+Playwright without a browser download).
+
+The page made from the week in a real Prometheus loads with no console error (its own
+Content-Security-Policy would report a script or an external file), asks for nothing beyond
+its own file, and draws one bar per job, most idle first, as wide as its hours. A page of
+hostile names runs nothing and shows each name as written. The README's screenshot is this
+test's: ``GPULEDGER_REGEN_SCREENSHOTS=1`` writes it to ``docs/report.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuledger.model.report import By, NodeHours, Report, UseHours, Window
+from gpuledger.views.report import render_html
+from prometheus_server import PrometheusServer
+from report_fixtures import prometheus, report, week
+from runtimes import missing
+
+__all__ = ["prometheus", "week"]  # the fixtures this module uses
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update"]  # fmt: skip
+SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "report.png"
+REGEN = os.environ.get("GPULEDGER_REGEN_SCREENSHOTS") == "1"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        missing(f"{CHROMIUM} not found: apt-get install chromium")
+    try:
+        from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    except ImportError:
+        missing("playwright not installed: pip install -e '.[test]'")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@dataclass
+class Visit:
+    """What the browser saw while it loaded one page."""
+
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+
+
+def open_page(browser: Any, path: Path) -> tuple[Any, Visit]:
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    visit = Visit()
+    page.on("console", lambda m: visit.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: visit.errors.append(str(e)))
+    page.on("request", lambda r: visit.requests.append(r.url))
+    page.on("dialog", lambda d: (visit.dialogs.append(d.message), d.dismiss()))
+    page.goto(path.as_uri())
+    page.wait_for_load_state("load")
+    return page, visit
+
+
+def test_the_page_of_a_real_week_draws_a_bar_per_job(
+    prometheus: PrometheusServer,
+    browser: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    html = tmp_path / "report.html"
+    code, _, err = report(capsys, prometheus.url, "--html", str(html))
+    assert (code, err) == (0, "")
+    _, out, _ = report(capsys, prometheus.url, "--json")
+    jobs = json.loads(out)["jobs"]
+    page, visit = open_page(browser, html)
+    assert visit.errors == []
+    assert visit.requests == [html.as_uri()], "the page must need nothing but itself"
+    bars = page.eval_on_selector_all(
+        "svg.bars g.bar",
+        """gs => gs.map(g => ({label: g.querySelector('text').textContent,
+                held: g.querySelector('rect.held').getBBox().width,
+                idle: g.querySelector('rect.idle').getBBox().width}))""",
+    )
+    assert [b["label"] for b in bars] == [f"{j['namespace']}/{j['job']}" for j in jobs]
+    widest = max(j["reservedHours"] for j in jobs)
+    for bar, job in zip(bars, jobs, strict=True):
+        # every bar's parts are as long as its hours, on one scale (520 units = the widest)
+        assert bar["held"] == pytest.approx(520 * job["heldHours"] / widest, abs=0.02)
+        assert bar["idle"] == pytest.approx(520 * job["idleHours"] / widest, abs=0.02)
+    assert bars[0]["idle"] > 0 and bars[0]["held"] == 0  # ml/eval: idle all week
+    assert page.title() == "GPU-hours and waste, 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z"
+    rows = page.eval_on_selector_all("table.nodes tbody tr", "rs => rs.length")
+    assert rows == 3
+    target = SCREENSHOT if REGEN else tmp_path / "report.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(target), full_page=True)
+    assert target.stat().st_size > 10_000
+    page.close()
+
+
+HOSTILE_JOB = "</title><script>alert(1)</script>"
+HOSTILE_NS = "<img src=x onerror=alert(2)>"
+HOSTILE_NODE = '"><svg onload=alert(3)>'
+
+
+def test_hostile_names_run_nothing_and_show_as_written(browser: Any, tmp_path: Path) -> None:
+    until = datetime(2026, 11, 16, tzinfo=timezone.utc)
+    row = UseHours(key=(HOSTILE_NS, HOSTILE_JOB), held=3.0, idle=5.0)
+    hostile = Report(
+        window=Window(until=until, seconds=7 * 86400),
+        by=By.JOB,
+        rows=(row,),
+        jobs=(row,),
+        nodes=(NodeHours(node=HOSTILE_NODE, hours={"held": 3.0, "reserved-idle": 5.0}),),
+        totals=UseHours(key=(), held=3.0, idle=5.0),
+        state_totals={"held": 3.0, "reserved-idle": 5.0},
+        source="http://prometheus:9090/<b>",
+    )
+    html = tmp_path / "hostile.html"
+    html.write_text(render_html(hostile))
+    page, visit = open_page(browser, html)
+    assert visit.errors == []
+    assert visit.dialogs == []
+    assert visit.requests == [html.as_uri()]
+    assert page.eval_on_selector_all("script, img, svg:not(.bars)", "es => es.length") == 0
+    text = page.inner_text("body")
+    for name in (HOSTILE_JOB, HOSTILE_NS, HOSTILE_NODE, "http://prometheus:9090/<b>"):
+        assert name in text
+    assert page.eval_on_selector("svg.bars title", "t => t.textContent").startswith(
+        f"{HOSTILE_NS}/{HOSTILE_JOB}: 3.0 h held"
+    )
+    page.close()

@@ -1,0 +1,93 @@
+"""The values of ``gpuledger report``: what Prometheus answered, and the GPU-hours made of it.
+
+A report never holds a number Prometheus did not give: a state a node has no counter for is
+absent from its ``hours``, not 0, and the idle share of a row that reserved nothing is ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One element of an instant vector: its labels and its value."""
+
+    labels: Mapping[str, str]
+    value: float
+
+
+class By(Enum):
+    """What the rows of the table, the CSV and the bars are per."""
+
+    JOB = "job"
+    NAMESPACE = "namespace"
+    NODE = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The span a report covers: ``(until - seconds, until]``, whole seconds."""
+
+    until: datetime
+    seconds: int
+
+    @property
+    def since(self) -> datetime:
+        """The window's start."""
+        return self.until - timedelta(seconds=self.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class UseHours:
+    """GPU-hours a group of jobs held (a process of theirs ran) and left idle on reserved GPUs.
+
+    ``key`` names the group: (namespace, job), (namespace,) or (node,) as ``By`` says.
+    """
+
+    key: tuple[str, ...]
+    held: float
+    idle: float
+
+    @property
+    def reserved(self) -> float:
+        """Every reserved hour is either held or idle."""
+        return self.held + self.idle
+
+    @property
+    def idle_share(self) -> float | None:
+        """Idle hours over reserved hours, 0 to 1; ``None`` when nothing was reserved."""
+        return self.idle / self.reserved if self.reserved > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHours:
+    """Hours one node's GPUs spent in each state (only the states Prometheus has counters of)."""
+
+    node: str
+    hours: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """GPU-hours and waste over one window."""
+
+    window: Window
+    by: By
+    rows: tuple[UseHours, ...]
+    """Grouped as ``by`` says, most idle first."""
+    jobs: tuple[UseHours, ...]
+    """Per (namespace, job), most idle first, whatever ``by`` says."""
+    nodes: tuple[NodeHours, ...]
+    totals: UseHours
+    state_totals: Mapping[str, float]
+    source: str = ""
+    """Where the numbers came from (the Prometheus URL, secrets hidden)."""
+
+    @property
+    def empty(self) -> bool:
+        """No counter of gpuledger's had two samples in the window."""
+        return not self.jobs and not self.nodes

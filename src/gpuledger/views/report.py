@@ -1,0 +1,194 @@
+"""What ``gpuledger report`` prints: the terminal table, the CSV, and the HTML page.
+
+The page is one self-contained file (no script, no external file; its own
+Content-Security-Policy allows only its one inline style sheet, by hash), rendered by Jinja2
+with autoescaping, so every name Prometheus returns is escaped. The bars are inline SVG.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+
+import jinja2
+
+from gpuledger.model import GpuState
+from gpuledger.model.contract import iso_time
+from gpuledger.model.report import By, Report, UseHours
+from gpuledger.views.table import columns, printable
+
+BAR_LIMIT = 50
+"""The chart shows the most idle rows; the table below it lists every one."""
+_KEY_HEADERS = {By.JOB: ("namespace", "job"), By.NAMESPACE: ("namespace",), By.NODE: ("node",)}
+_CHART_WIDTH, _LABEL_WIDTH, _BAR_WIDTH, _ROW_HEIGHT = 960, 280, 520, 24
+
+
+def _h(hours: float) -> str:
+    return f"{hours:.1f}"
+
+
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.1f}%"
+
+
+def _name(key: Sequence[str]) -> str:
+    return "/".join(part or "-" for part in key)
+
+
+def states_of(report: Report) -> list[str]:
+    """The states the report has hours of: gpuledger's in their order, then any other."""
+    known = [s.value for s in GpuState if s.value in report.state_totals]
+    return known + sorted(set(report.state_totals) - set(known))
+
+
+def _window_line(report: Report) -> str:
+    source = f" from {report.source}" if report.source else ""
+    return (
+        f"GPU-hours from {iso_time(report.window.since)} to {iso_time(report.window.until)}"
+        f"{source}, by {report.by.value}"
+    )
+
+
+def _use_cells(row: UseHours) -> list[str]:
+    return [_h(row.reserved), _h(row.held), _h(row.idle), _share(row.idle_share)]
+
+
+def _use_table(report: Report) -> list[str]:
+    keys = [h.upper() for h in _KEY_HEADERS[report.by]]
+    if not report.rows:
+        return ["No job reserved a GPU in this window."]
+    rows = [[*keys, "RESERVED H", "HELD H", "IDLE H", "IDLE SHARE"]]
+    rows += [[*(printable(k) or "-" for k in r.key), *_use_cells(r)] for r in report.rows]
+    rows.append(["TOTAL", *[""] * (len(keys) - 1), *_use_cells(report.totals)])
+    return columns(rows, right=range(len(keys), len(keys) + 4))
+
+
+def _node_table(report: Report) -> list[str]:
+    states = states_of(report)
+    rows = [["NODE", *(f"{printable(s).upper()} H" for s in states)]]
+    for n in report.nodes:
+        cells = [_h(n.hours[s]) if s in n.hours else "-" for s in states]
+        rows.append([printable(n.node) or "-", *cells])
+    rows.append(["TOTAL", *(_h(report.state_totals[s]) for s in states)])
+    return columns(rows, right=range(1, len(states) + 1))
+
+
+def render_table(report: Report) -> str:
+    """The report for a terminal: the rows (most idle first), then each node's state hours."""
+    lines = [printable(_window_line(report)), "", *_use_table(report), "", *_node_table(report)]
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(report: Report) -> str:
+    """The rows as CSV with a header: the key columns, then hours and the idle share (0-1)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [*_KEY_HEADERS[report.by], "reserved_hours", "held_hours", "idle_hours", "idle_share"]
+    )
+    for r in report.rows:
+        share = r.idle_share
+        writer.writerow(
+            [
+                *r.key,
+                f"{r.reserved:.6f}",
+                f"{r.held:.6f}",
+                f"{r.idle:.6f}",
+                "" if share is None else f"{share:.6f}",
+            ]
+        )
+    return out.getvalue()
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One row of the chart, in SVG user units."""
+
+    label: str
+    title: str
+    y: float
+    held_width: float
+    idle_width: float
+    text: str
+
+
+def bars(rows: Iterable[UseHours], limit: int = BAR_LIMIT) -> list[Bar]:
+    """The most idle rows as bars: held then idle, scaled to the longest reserved bar."""
+    shown = list(rows)[:limit]
+    longest = max((r.reserved for r in shown), default=0.0)
+    scale = _BAR_WIDTH / longest if longest > 0 else 0.0
+    result = []
+    for i, r in enumerate(shown):
+        name = _name(r.key)
+        result.append(
+            Bar(
+                label=name if len(name) <= 36 else name[:35] + "…",
+                title=f"{name}: {_h(r.held)} h held, {_h(r.idle)} h idle "
+                f"({_share(r.idle_share)} of {_h(r.reserved)} h reserved)",
+                y=i * _ROW_HEIGHT,
+                held_width=round(r.held * scale, 2),
+                idle_width=round(r.idle * scale, 2),
+                text=f"{_h(r.idle)} h idle of {_h(r.reserved)} h",
+            )
+        )
+    return result
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("gpuledger.views", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+@cache
+def _style() -> tuple[str, str]:
+    """The page's style sheet and its CSP source (``'sha256-…'``)."""
+    css = files("gpuledger.views").joinpath("templates/report.css").read_text(encoding="utf-8")
+    digest = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
+    return css, f"'sha256-{digest}'"
+
+
+def render_html(report: Report) -> str:
+    """The report as one self-contained HTML page with an inline SVG bar chart."""
+    css, css_hash = _style()
+    states = states_of(report)
+    chart = bars(report.rows)
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            report=report,
+            since=iso_time(report.window.since),
+            until=iso_time(report.window.until),
+            key_headers=_KEY_HEADERS[report.by],
+            rows=[([k or "-" for k in r.key], _use_cells(r)) for r in report.rows],
+            totals=_use_cells(report.totals),
+            states=states,
+            nodes=[
+                (n.node or "-", [_h(n.hours[s]) if s in n.hours else "-" for s in states])
+                for n in report.nodes
+            ],
+            state_totals=[_h(report.state_totals[s]) for s in states],
+            bars=chart,
+            chart={
+                "width": _CHART_WIDTH,
+                "height": len(chart) * _ROW_HEIGHT,
+                "label_width": _LABEL_WIDTH,
+                "row_height": _ROW_HEIGHT,
+            },
+            more=max(0, len(report.rows) - len(chart)),
+            css=css,
+            css_hash=css_hash,
+        )
+    )
