@@ -9,6 +9,8 @@ Expected values are worked out by hand from the values each test builds.
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
@@ -412,3 +414,12 @@ def test_the_fleet_app_serves_its_page_and_the_same_files() -> None:
 )  # fmt: skip
 def test_a_span_reads_in_its_two_largest_units(seconds: int, text: str) -> None:
     assert html.span(timedelta(seconds=seconds)) == text
+
+
+def test_a_node_whose_page_nobody_opens_never_loads_the_templating_library() -> None:
+    code = (
+        "import sys; import gpuledger.commands.serve, gpuledger.web.app, gpuledger.web.fleet_app;"
+        "print('jinja2' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout == "False\n"

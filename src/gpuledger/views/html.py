@@ -14,28 +14,33 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from importlib.resources import files
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-import jinja2
-from markupsafe import Markup
 
 from gpuledger.model.contract import iso_time
 from gpuledger.views.table import printable
+
+if TYPE_CHECKING:
+    import jinja2
 
 HTML = "text/html; charset=utf-8"
 FAVICON_PATHS = ("/favicon.svg", "/favicon.ico")
 """The favicon the pages link, and where browsers look for one unasked."""
 
 
-def _finalize(value: object) -> object:
-    if isinstance(value, str) and not isinstance(value, Markup):
-        return printable(value)
-    return value
-
-
 @cache
 def environment() -> jinja2.Environment:
     """The one Jinja2 environment of the packaged templates (``views/templates``)."""
+    # Imported here: a node controller whose page nobody opens never loads the templating
+    # library (1.5 MiB of its memory; bench/README.md).
+    import jinja2  # noqa: PLC0415
+    from markupsafe import Markup  # noqa: PLC0415
+
+    def _finalize(value: object) -> object:
+        if isinstance(value, str) and not isinstance(value, Markup):
+            return printable(value)
+        return value
+
     return jinja2.Environment(
         loader=jinja2.PackageLoader("gpuledger.views", "templates"),
         autoescape=True,
