@@ -111,13 +111,21 @@ def overflow(page: Any) -> int:
     return int(page.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
 
 
-def screenshot(opened: Opened, folder: Path, name: str, readme: str | None = None) -> None:
-    """The whole page as an artefact; and the first screen as the README's when regenerating."""
+def screenshot(opened: Opened, folder: Path, name: str) -> None:
+    """The whole page as an artefact."""
     target = folder / f"{name}.png"
     opened.page.screenshot(path=str(target), full_page=True)
     assert target.stat().st_size > 10_000
-    if REGEN and readme:
-        opened.page.screenshot(path=str(DOCS / readme))
+
+
+def readme_screenshot(browser: Any, url: str, scheme: str, name: str) -> None:
+    """With ``GPULEDGER_REGEN_SCREENSHOTS=1``, the first screen of the page as people see it
+    (refreshing itself) at 1440 px, as the README's ``docs/<name>``."""
+    if REGEN:
+        opened = open_page(browser, url, 1440, scheme, refresh=True)
+        assert_clean(opened, url)
+        opened.page.screenshot(path=str(DOCS / name))
+        opened.close()
 
 
 def assert_clean(opened: Opened, origin: str) -> None:
@@ -251,9 +259,9 @@ def test_the_node_page_in_light_and_dark_shows_every_gpu_as_the_ledger_does(
             expected = {f"gpu-{g['index']}": g["state"] for g in ledger["gpus"]}
             assert card_states(opened.page) == expected
             backgrounds[scheme] = background(opened.page)
-            readme = f"node-{scheme}.png" if width == 1440 else None
-            screenshot(opened, artefacts, f"node-{scheme}-{width}", readme)
+            screenshot(opened, artefacts, f"node-{scheme}-{width}")
             opened.close()
+        readme_screenshot(browser, origin, scheme, f"node-{scheme}.png")
     assert backgrounds["light"] != backgrounds["dark"]
 
 
@@ -481,11 +489,11 @@ def test_the_fleet_page_in_light_and_dark_lists_nodes_worst_first_with_their_lin
             assert_clean(opened, mixed_fleet.url)
             assert overflow(opened.page) == 0
             backgrounds[scheme] = background(opened.page)
-            readme = f"fleet-{scheme}.png" if width == 1440 else None
-            screenshot(opened, artefacts, f"fleet-{scheme}-{width}", readme)
+            screenshot(opened, artefacts, f"fleet-{scheme}-{width}")
             if scheme == "light" and width == 1440:
                 check_fleet_rows(opened.page, mixed_fleet)
             opened.close()
+        readme_screenshot(browser, mixed_fleet.url, scheme, f"fleet-{scheme}.png")
     assert backgrounds["light"] != backgrounds["dark"]
 
 
@@ -671,7 +679,7 @@ def test_a_64_tenant_gpu_on_a_16_gpu_node_fits_a_phone(
     try:
         ledger = serve.ready()
         assert len(ledger["gpus"]) == 16 and len(ledger["gpus"][0]["tenants"]) == 64
-        for width in WIDTHS:
+        for width in (360, *WIDTHS, 3840):  # a phone to a 4K wall screen
             opened = open_page(browser, serve.url + "/", width)
             assert_clean(opened, serve.url)
             page = opened.page
@@ -686,6 +694,11 @@ def test_a_64_tenant_gpu_on_a_16_gpu_node_fits_a_phone(
             for left, right, text in rows:
                 assert left >= 0 and right <= width  # every row inside the screen
                 assert "python3" in text
+            columns = page.eval_on_selector_all(
+                ".cards > article.unit",
+                "as => new Set(as.map(a => Math.round(a.getBoundingClientRect().left))).size",
+            )
+            assert columns == 1 if width < 500 else columns >= 4 if width > 3000 else columns > 1
             screenshot(opened, artefacts, f"crowded-light-{width}")
             opened.close()
     finally:

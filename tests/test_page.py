@@ -349,7 +349,9 @@ def test_the_style_sheet_is_the_one_answer_that_may_be_cached() -> None:
     assert b"prefers-color-scheme: dark" in css
     for path in ("/", "/favicon.svg", "/favicon.ico", "/ledger"):
         assert header(call(app, path)[1], "Cache-Control") == ["no-store"], path
-    assert call(app, "/static/gpuledger-0000000000000000.css")[0] == "404 Not Found"
+    status, _, body = call(app, "/static/gpuledger-0000000000000000.css")
+    assert status == "404 Not Found"
+    assert body == b"not found: try /ledger, /findings, /metrics, /healthz\n"
 
 
 def test_the_favicon_is_served_so_the_browser_logs_no_404() -> None:
