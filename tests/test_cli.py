@@ -257,6 +257,9 @@ def test_table_shows_states_and_findings(world: World) -> None:
         (["ls", "--policy", "/nonexistent/policy.yaml"], "/nonexistent/policy.yaml"),
         (["ls", "--proc-root", "/nonexistent"], "--proc-root /nonexistent"),
         (["ls", "--gpu-backend", "cuda"], "invalid choice: 'cuda'"),
+        (["serve", "--publish-node-meta", "--no-nomad"], "cannot go with --no-nomad"),
+        (["serve", "--clear-node-meta-on-exit"], "--clear-node-meta-on-exit needs --publish"),
+        (["ls", "--publish-node-meta"], "unrecognized arguments: --publish-node-meta"),
     ],
 )
 def test_usage_errors_exit_2_with_a_message_and_no_traceback(argv: list[str], words: str) -> None:
