@@ -402,10 +402,10 @@ def test_live_process_of_a_container_its_runtime_does_not_know_is_unknown(world:
 def test_allocation_lookup_failure_is_a_finding(world: World) -> None:
     answer = world.nomad.answer
 
-    def failing(method: str, target: str, token: str | None) -> tuple[int, Any]:
+    def failing(method: str, target: str, token: str | None, body: bytes = b"") -> tuple[int, Any]:
         if target.startswith("/v1/allocation/"):
             return 500, "rpc error: No cluster leader"
-        return answer(method, target, token)
+        return answer(method, target, token, body)
 
     world.nomad.answer = failing  # type: ignore[method-assign]
     doc = ls_json(world)
