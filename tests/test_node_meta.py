@@ -8,10 +8,12 @@ steps from its rule (after the n-th failure in a row, 2^(n-1) - 1 steps are skip
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,7 +49,11 @@ from gpuledger.model.node_meta import (
 )
 from gpuledger.policy.load import default_policy
 from gpuledger.sim.nomad_api import FakeNomad
-from nomad_acl import AclAccess
+from nomad_acl import AclAccess, parse_policy
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DEPLOY = REPO / "deploy" / "nomad"
 
 NODE_ID = "0f6b5a3e-9a7c-4c1e-8d2b-7e4f1a2b3c4d"
 NODE = NodeInfo(name="gpu-7", nomad_node_id=NODE_ID, version="t")
@@ -343,7 +349,13 @@ def test_clearing_is_quiet_unless_keys_are_known_to_be_stuck(fake: FakeNomad) ->
     fake.fault(None)
     offer_and_step(clearer, ledger(TAKEN), times=2)
     (found,) = clearer.findings(default_policy(), "n")
-    assert "node:write" in found.message and not clearer.done
+    assert found.message.startswith(
+        "Nomad node metadata unavailable: the keys an earlier --publish-node-meta left cannot "
+        "be cleared: POST /v1/client/metadata answered 403 Permission denied: the token lacks "
+        "node:write (give the token node write"
+    )
+    assert found.message.endswith(f"nomad node meta apply -unset {','.join(KEYS)})")
+    assert not clearer.done
 
 
 def test_clearing_on_a_nomad_before_1_5_is_over_at_once(fake: FakeNomad) -> None:
@@ -398,3 +410,23 @@ def test_stop_clears_with_the_configured_node_before_any_ledger(fake: FakeNomad)
     pub.stop(clear=True)
     assert owned(fake.node_meta()) == {}
     assert [r.query for r in fake.requests if r.method == "GET"][-1] == f"node_id={NODE_ID}"
+
+
+# ------------------------------------------------------------------------------ the README
+
+
+def test_the_readme_shows_the_meta_policy_the_constraint_and_every_key() -> None:
+    text = README.read_text()
+    blocks = re.findall(r"```hcl\n(.*?)```", text, flags=re.DOTALL)
+    (shown,) = [b for b in blocks if b.startswith("# deploy/nomad/gpuledger-meta.policy.hcl")]
+    policy = DEPLOY / "gpuledger-meta.policy.hcl"
+    assert parse_policy(shown) == parse_policy(policy.read_text())
+    assert parse_policy(policy.read_text()).node == "write"
+    read_only = parse_policy((DEPLOY / "gpuledger.policy.hcl").read_text())
+    assert read_only.node == "read"  # the read-only policy stays read-only
+    (constraint,) = [b for b in blocks if b.startswith("constraint {")]
+    assert f'attribute = "${{meta.{UNACCOUNTED_GPUS}}}"' in constraint
+    assert 'value     = "0"' in constraint
+    for key in KEYS:
+        assert f"| `{key}` |" in text
+    assert f"nomad node meta apply -unset\n{','.join(KEYS)}`" in text

@@ -35,13 +35,17 @@ import structlog
 
 from gpuledger.errors import SourceError, UnsupportedSourceError
 from gpuledger.model import Finding, Ledger
-from gpuledger.model.node_meta import SOURCE, node_meta, owned, patch
+from gpuledger.model.node_meta import KEYS, SOURCE, node_meta, owned, patch
 from gpuledger.policy.evaluate import source_unavailable
 from gpuledger.policy.rules import Policy
 
 __all__ = ["MetaClient", "NodeMetaPublisher"]
 
 LABEL = "Nomad node metadata"
+CLEAR_BY_HAND = (
+    "give the token node write (deploy/nomad/gpuledger-meta.policy.hcl) until they are gone, or "
+    f"unset them by hand: nomad node meta apply -unset {','.join(KEYS)}"
+)
 MAX_BACKOFF_S = 300.0
 UNSUPPORTED_RETRY_S = 3600.0
 
@@ -117,11 +121,16 @@ class NodeMetaPublisher:
         self._wake.set()
 
     def findings(self, policy: Policy, node: str) -> tuple[Finding, ...]:
-        """The ``source-unavailable`` finding of the last failure, if it matters."""
+        """The ``source-unavailable`` finding of the last failure, if it matters: always when
+        publishing; when clearing, only while keys are known to be left there."""
         failure = self.failure
         if failure is None or not (self.publish or self.stale):
             return ()
-        found = source_unavailable(policy, node, SOURCE, LABEL, failure.message, failure.hint)
+        error, hint = failure.message, failure.hint
+        if not self.publish:
+            error = f"the keys an earlier --publish-node-meta left cannot be cleared: {error}"
+            hint = CLEAR_BY_HAND
+        found = source_unavailable(policy, node, SOURCE, LABEL, error, hint)
         return (found,) if found else ()
 
     # ------------------------------------------------------------------ the thread
