@@ -177,6 +177,10 @@ class Serve:
         answer = requests.get(self.url + "/findings", timeout=10)
         return list(answer.json()["findings"]) if answer.status_code == 200 else []
 
+    def meta_finding(self) -> dict[str, Any] | None:
+        """The finding about publishing, if there is one."""
+        return next((f for f in self.findings() if f["subject"] == {"source": "nomad-meta"}), None)
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -284,10 +288,7 @@ def test_a_token_without_node_write_is_a_finding_that_names_it_with_back_off(
 ) -> None:
     serve = start(token(world, READ_POLICY), "--publish-node-meta")
 
-    def meta_finding() -> dict[str, Any] | None:
-        return next((f for f in serve.findings() if f["subject"] == {"source": "nomad-meta"}), None)
-
-    found = until(meta_finding, "the node metadata finding")
+    found = until(serve.meta_finding, "the node metadata finding")
     assert (found["code"], found["level"]) == ("source-unavailable", "ERROR")
     assert found["message"].startswith(
         "Nomad node metadata unavailable: POST /v1/client/metadata answered 403 Permission "
@@ -311,17 +312,14 @@ def test_nomad_before_1_5_is_one_finding_and_one_request(
     world.nomad.version = "1.4.14"
     serve = start(token(world, READ_POLICY, META_POLICY), "--publish-node-meta")
 
-    def meta_finding() -> dict[str, Any] | None:
-        return next((f for f in serve.findings() if f["subject"] == {"source": "nomad-meta"}), None)
-
-    found = until(meta_finding, "the node metadata finding")
+    found = until(serve.meta_finding, "the node metadata finding")
     assert found["code"] == "source-unavailable"
     assert "404 with no body" in found["message"] and "Nomad 1.5" in found["message"]
     ticks = len(serve.events("reconcile.finished"))
     until(lambda: len(serve.events("reconcile.finished")) >= ticks + 6, "6 more ticks")
     assert sum(r.path == META for r in world.nomad.requests) == 1
     assert len(serve.events("node_meta.failed")) == 1
-    assert meta_finding() is not None  # still open, not once per tick
+    assert serve.meta_finding() is not None  # still open, not once per tick
 
 
 def test_keys_of_others_survive_and_ours_go_on_exit_and_when_the_flag_is_removed(

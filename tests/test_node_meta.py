@@ -214,6 +214,17 @@ def offer_and_step(pub: NodeMetaPublisher, lg: Ledger, times: int = 1) -> None:
         pub.step()
 
 
+def attempted_steps(pub: NodeMetaPublisher, fake: FakeNomad, steps: int) -> list[int]:
+    """Which of ``steps`` steps (from 1) asked Nomad anything."""
+    attempts = []
+    for step in range(1, steps + 1):
+        before = calls(fake)
+        offer_and_step(pub, ledger(FREE))
+        if calls(fake) > before:
+            attempts.append(step)
+    return attempts
+
+
 def read_only(fake: FakeNomad) -> NodeMetaClient:
     """ACLs on, and a client whose token may only read nodes."""
     access = AclAccess()
@@ -269,12 +280,7 @@ def test_a_key_overwritten_by_someone_else_is_set_right_at_the_next_step(fake: F
 def test_failures_back_off_and_a_recovery_resets_it(fake: FakeNomad) -> None:
     pub = publisher(fake)
     fake.fault("500")
-    attempts = []
-    for step in range(1, 17):
-        before = calls(fake)
-        offer_and_step(pub, ledger(FREE))
-        if calls(fake) > before:
-            attempts.append(step)
+    attempts = attempted_steps(pub, fake, 16)
     # Failure n skips 2^(n-1) - 1 steps: attempts at steps 1, 2, 4, 8 and 16.
     assert attempts == [1, 2, 4, 8, 16]
     assert pub.failure is not None and "500" in pub.failure.message
@@ -291,12 +297,7 @@ def test_failures_back_off_and_a_recovery_resets_it(fake: FakeNomad) -> None:
 def test_the_back_off_stops_growing_at_five_minutes(fake: FakeNomad) -> None:
     pub = publisher(fake, interval=timedelta(minutes=1))
     fake.fault("500")
-    attempts = []
-    for step in range(1, 40):
-        before = calls(fake)
-        offer_and_step(pub, ledger(FREE))
-        if calls(fake) > before:
-            attempts.append(step)
+    attempts = attempted_steps(pub, fake, 39)
     # Skips of 0, 1, 3, then 4 for good: attempts five one-minute ticks apart.
     assert attempts[:6] == [1, 2, 4, 8, 13, 18]
 

@@ -207,7 +207,9 @@ class NodeMetaPublisher:
         else:
             self._skip = min(2 ** min(self._failures - 1, 30) - 1, self._max_skip)
         if self.failure is None or self.failure.message != exc.message:
-            log.warning(
+            # Clearing keys that may not be there is no one's concern until they are known to be.
+            emit = log.warning if self.publish or self.stale else log.info
+            emit(
                 "node_meta.failed",
                 error=exc.message,
                 hint=exc.hint,

@@ -59,8 +59,13 @@ NODE_READ = "node:read"
 NODE_WRITE = "node:write"
 READ_JOB = "read-job"
 
-# Dynamic node metadata (Nomad 1.5+), from hashicorp/nomad: command/agent/meta_endpoint.go,
-# client/meta_endpoint.go, nomad/client_meta_endpoint.go, nomad/structs/node.go (Validate).
+# Dynamic node metadata (Nomad 1.5+, PR #15844), as read in hashicorp/nomad at aa026cc9:
+# command/agent/meta_endpoint.go and helpers.go (methods, routing), client/meta_endpoint.go
+# (ACL, Validate, state before memory), client/client.go (the merge at start),
+# nomad/client_meta_endpoint.go, client_rpc.go and util.go (the servers: Unknown node, No path
+# to node), nomad/structs/node.go (Validate), command/agent/http.go (errors to statuses; at
+# v1.4.14 the empty 404 of the root fallthrough); #18664 is in the CHANGELOG of 1.5.10, 1.6.3
+# and 1.7.0; the connect.transparent_proxy.* defaults in client/client.go from 1.8.0.
 META_VERSION = (1, 5, 0)
 INVALID_METHOD = "Invalid method"
 NO_LOCAL_NODE = "No local Node and node_id not provided"
