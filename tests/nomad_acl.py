@@ -36,6 +36,7 @@ from typing import Any
 from gpuledger.sim.nomad_api import (
     AGENT_READ,
     NODE_READ,
+    NODE_WRITE,
     PERMISSION_DENIED,
     TOKEN_EXPIRED,
     TOKEN_NOT_FOUND,
@@ -277,6 +278,8 @@ def _merge(policies: Iterable[AclPolicy]) -> AclPolicy:
 def _allows(policy: AclPolicy, capability: str, namespace: str | None) -> bool:
     if capability == NODE_READ:
         return policy.node in {"read", "write"}
+    if capability == NODE_WRITE:
+        return policy.node == "write"
     if capability == AGENT_READ:
         return policy.agent in {"read", "write"}
     if namespace is None:

@@ -257,6 +257,9 @@ def test_table_shows_states_and_findings(world: World) -> None:
         (["ls", "--policy", "/nonexistent/policy.yaml"], "/nonexistent/policy.yaml"),
         (["ls", "--proc-root", "/nonexistent"], "--proc-root /nonexistent"),
         (["ls", "--gpu-backend", "cuda"], "invalid choice: 'cuda'"),
+        (["serve", "--publish-node-meta", "--no-nomad"], "cannot go with --no-nomad"),
+        (["serve", "--clear-node-meta-on-exit"], "--clear-node-meta-on-exit needs --publish"),
+        (["ls", "--publish-node-meta"], "unrecognized arguments: --publish-node-meta"),
     ],
 )
 def test_usage_errors_exit_2_with_a_message_and_no_traceback(argv: list[str], words: str) -> None:
@@ -399,10 +402,10 @@ def test_live_process_of_a_container_its_runtime_does_not_know_is_unknown(world:
 def test_allocation_lookup_failure_is_a_finding(world: World) -> None:
     answer = world.nomad.answer
 
-    def failing(method: str, target: str, token: str | None) -> tuple[int, Any]:
+    def failing(method: str, target: str, token: str | None, body: bytes = b"") -> tuple[int, Any]:
         if target.startswith("/v1/allocation/"):
             return 500, "rpc error: No cluster leader"
-        return answer(method, target, token)
+        return answer(method, target, token, body)
 
     world.nomad.answer = failing  # type: ignore[method-assign]
     doc = ls_json(world)

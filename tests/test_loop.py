@@ -19,16 +19,19 @@ import pytest
 from structlog.testing import capture_logs
 
 from gpuledger.controller.loop import NodeController, Snapshot, attempt_timeout
+from gpuledger.controller.node_meta import NodeMetaPublisher
 from gpuledger.controller.reconcile import Desired, Observed
 from gpuledger.controller.sources import Guard
 from gpuledger.errors import PolicyError, SourceError
 from gpuledger.model import (
     Allocation,
     Code,
+    Finding,
     Gpu,
     GpuProcess,
     GpuReading,
     GpuState,
+    Ledger,
     Level,
     NodeInfo,
     NomadView,
@@ -38,6 +41,7 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
 )
+from gpuledger.policy.evaluate import source_unavailable
 from gpuledger.policy.load import default_policy, parse_policy
 from gpuledger.policy.rules import Policy
 
@@ -431,3 +435,66 @@ def test_the_budget_counts_the_attempt_timeout_in_force() -> None:
     # Timeout 3 s (30 %): after the second try at 4.9 s, a third could end at 8.4 s: stop.
     # Timeout 2.2 s (--timeout): a third ends by 7.6 s: it runs.
     assert tries == [2, 3]
+
+
+# ------------------------------------------------------------------------------ sinks
+
+
+class HungNomad:
+    """A node metadata client whose every call hangs until released."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def read(self, node_id: str | None) -> dict[str, str]:
+        self.entered.set()
+        self.release.wait(30)
+        return {}
+
+    def apply(self, node_id: str | None, meta: object) -> dict[str, str]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_hung_nomad_never_holds_up_a_tick_of_the_node_metadata_publisher() -> None:
+    c, node, _clock = controller()
+    hung = HungNomad()
+    publisher = NodeMetaPublisher(hung, EVERY, publish=True)
+    c.sinks = (publisher,)
+    publisher.start()
+    try:
+        c.tick()
+        assert hung.entered.wait(10)
+        snaps = [c.tick() for _ in range(3)]  # return while the publisher's call hangs
+        assert len(node.read_at) == 4
+        assert all(s.duration_s == 0.0 for s in snaps)
+    finally:
+        hung.release.set()
+        publisher.stop()
+
+
+class FailingSink:
+    def __init__(self) -> None:
+        self.offered: list[Ledger] = []
+
+    def offer(self, ledger: Ledger) -> None:
+        self.offered.append(ledger)
+
+    def findings(self, policy: Policy, node: str) -> tuple[Finding, ...]:
+        found = source_unavailable(policy, node, "nomad-meta", "Nomad node metadata", "403", None)
+        return (found,) if found else ()
+
+
+def test_a_sinks_finding_is_judged_dated_and_handed_back_with_the_ledger() -> None:
+    c, _node, clock = controller()
+    sink = FailingSink()
+    c.sinks = (sink,)
+    first = c.tick()
+    clock.t += 15
+    second = c.tick()
+    (found,) = second.ledger.findings
+    assert found.message == "Nomad node metadata unavailable: 403"
+    assert found.since == first.ledger.at  # open since the first tick
+    assert [lg.findings for lg in sink.offered] == [first.ledger.findings, second.ledger.findings]

@@ -314,10 +314,12 @@ class PurgedNode(FakeNomad):
 
     purged = False
 
-    def answer(self, method: str, target: str, token: str | None) -> tuple[int, Any]:
+    def answer(
+        self, method: str, target: str, token: str | None, body: bytes = b""
+    ) -> tuple[int, Any]:
         if self.purged and target.partition("?")[0] == f"/v1/node/{self.node_id}":
             return 404, "node not found"
-        return super().answer(method, target, token)
+        return super().answer(method, target, token, body)
 
 
 def test_purged_node_of_the_agent_is_an_error() -> None:
@@ -512,10 +514,12 @@ def test_lookups_tell_hidden_gone_and_moved(fake: FakeNomad) -> None:
 class FailingLookups(FakeNomad):
     """A Nomad whose allocation reads fail with a 500."""
 
-    def answer(self, method: str, target: str, token: str | None) -> tuple[int, Any]:
+    def answer(
+        self, method: str, target: str, token: str | None, body: bytes = b""
+    ) -> tuple[int, Any]:
         if target.startswith("/v1/allocation/"):
             return 500, "rpc error: stream closed"
-        return super().answer(method, target, token)
+        return super().answer(method, target, token, body)
 
 
 def test_lookup_that_fails_otherwise_is_failed() -> None:
@@ -965,10 +969,12 @@ def test_simple_rules_cannot_be_mixed_with_policies(acl_fake: tuple[FakeNomad, A
 class DeletesTokenBeforeLookups(FakeNomad):
     """A Nomad where the token is deleted between the node's list and the lookups."""
 
-    def answer(self, method: str, target: str, token: str | None) -> tuple[int, Any]:
+    def answer(
+        self, method: str, target: str, token: str | None, body: bytes = b""
+    ) -> tuple[int, Any]:
         if target.startswith("/v1/allocation/") and isinstance(self.access, AclAccess):
             self.access.tokens.clear()
-        return super().answer(method, target, token)
+        return super().answer(method, target, token, body)
 
 
 def test_token_deleted_mid_read_is_not_a_hidden_namespace() -> None:
@@ -980,3 +986,21 @@ def test_token_deleted_mid_read_is_not_a_hidden_namespace() -> None:
         view = reader_for(fake, token=token, node_id=NODE).read([OTHER])
     assert view.lookups[OTHER].status is AllocLookup.FAILED
     assert "ACL token not found" in (view.lookups[OTHER].error or "")
+
+
+class NotNomad(FakeNomad):
+    """Something that answers 200 with a page, not JSON (a proxy's login page)."""
+
+    def answer(
+        self, method: str, target: str, token: str | None, body: bytes = b""
+    ) -> tuple[int, Any]:
+        if target.startswith("/v1/node/"):
+            return 200, "<html>sign in</html>"
+        return super().answer(method, target, token, body)
+
+
+def test_an_answer_that_is_not_json_is_named_so_not_unreachable() -> None:
+    with NotNomad(NODE) as fake:
+        error = source_error(reader_for(fake, node_id=NODE))
+    assert error.message.startswith(f"GET /v1/node/{NODE} answered something that is not JSON")
+    assert "unreachable" not in error.message

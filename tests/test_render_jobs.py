@@ -202,6 +202,23 @@ def test_no_history() -> None:
     assert "ephemeral_disk" not in job.group
 
 
+def test_node_metadata_is_published_only_when_asked_and_cleared_on_exit_by_default() -> None:
+    meta_flags = {"--publish-node-meta", "--clear-node-meta-on-exit"}
+    off = rendered()
+    for name in ("gpuledger.nomad.hcl", "gpuledger.wi.nomad.hcl"):
+        assert not meta_flags & set(job_file(off[name]).args)
+        assert "gpuledger-meta.policy.hcl" not in off[name]
+    on = rendered("node.nodeMeta.publish=true")
+    for name in ("gpuledger.nomad.hcl", "gpuledger.wi.nomad.hcl"):
+        assert meta_flags <= set(job_file(on[name]).args)
+        assert "deploy/nomad/gpuledger-meta.policy.hcl" in on[name]
+    assert "-job gpuledger gpuledger-meta-workload" in on["gpuledger.wi.nomad.hcl"]
+    assert not meta_flags & set(job_file(on["gpuledger-fleet.nomad.hcl"]).args)
+    kept = rendered("node.nodeMeta.publish=true,node.nodeMeta.clearOnExit=false")
+    args = job_file(kept["gpuledger.nomad.hcl"]).args
+    assert "--publish-node-meta" in args and "--clear-node-meta-on-exit" not in args
+
+
 def test_extra_args_env_constraints_and_placement() -> None:
     job = job_file(
         rendered(
@@ -243,7 +260,10 @@ GOLDEN_SETS: dict[str, tuple[list[str], Path]] = {
     # the defaults' golden render is what deploy/nomad holds, beside gpuledger.policy.hcl
     "defaults": ([], DEPLOY),
     "docker-consul-identity": (
-        ["driver=docker,service.provider=consul,workloadIdentity.enabled=true"],
+        [
+            "driver=docker,service.provider=consul,workloadIdentity.enabled=true",
+            "node.nodeMeta.publish=true",
+        ],
         GOLDEN / "docker-consul-identity",
     ),
     "fleet-of-4": (["fleet.shards=4,workloadIdentity.enabled=false"], GOLDEN / "fleet-of-4"),

@@ -574,6 +574,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="time between reconciles (default 15s)",
     )
     _source_options(serve)
+    serve.add_argument(
+        "--publish-node-meta",
+        action="store_true",
+        help="tell Nomad's scheduler: keep this node's gpuledger.* dynamic node metadata "
+        "(unaccounted and unknown GPUs, worst level) current (Nomad 1.5+, node:write); "
+        "without it, keys an earlier run left are cleared",
+    )
+    serve.add_argument(
+        "--clear-node-meta-on-exit",
+        action="store_true",
+        help="with --publish-node-meta: unset those keys on SIGTERM",
+    )
     _report_parser(sub)
     pol = sub.add_parser("policy", help="show, validate or test a policy")
     psub = pol.add_subparsers(
@@ -780,7 +792,13 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         commands=args.commands,
         node_name=args.node_name,
         web_config=args.web_config,
+        publish_node_meta=args.publish_node_meta,
+        clear_node_meta_on_exit=args.clear_node_meta_on_exit,
     )
+    if args.publish_node_meta and args.no_nomad:
+        raise UsageError("--publish-node-meta writes to Nomad: it cannot go with --no-nomad")
+    if args.clear_node_meta_on_exit and not args.publish_node_meta:
+        raise UsageError("--clear-node-meta-on-exit needs --publish-node-meta")
     return serve(source_config(args), _policy(args), options, out)
 
 

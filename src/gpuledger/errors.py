@@ -4,7 +4,10 @@
 
     GpuledgerError
     ├── SourceError          a source that is on could not be read: becomes a
-    │                        ``source-unavailable`` finding; the loop goes on
+    │   │                    ``source-unavailable`` finding; the loop goes on
+    │   └── UnsupportedSourceError
+    │                        it answers, but is too old for what is asked of it: asking
+    │                        again soon will not help
     ├── HistoryCorruptError  the history file is not a history gpuledger can read: serve sets
     │                        it aside and starts afresh; ``ls``/``check --history`` say so
     ├── YamlSyntaxError      a YAML text that does not parse (FILE:LINE:COLUMN); its reader
@@ -32,6 +35,11 @@ class SourceError(GpuledgerError):
         self.source = source
         self.message = message
         self.hint = hint
+
+
+class UnsupportedSourceError(SourceError):
+    """The source answers, but lacks the API asked of it (an older version): retrying each
+    tick would only repeat the same answer."""
 
 
 class HistoryCorruptError(GpuledgerError):

@@ -8,9 +8,10 @@ python-nomad verifies no certificate by default, ignores ``NOMAD_CACERT``/``NOMA
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import warnings
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,7 +41,7 @@ from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadVie
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.text import excerpt, is_text
 
-__all__ = ["NomadReader", "NomadSettings", "parse_allocation", "settings_from_env"]
+__all__ = ["NomadApi", "NomadReader", "NomadSettings", "parse_allocation", "settings_from_env"]
 
 SOURCE = "nomad"
 DEFAULT_ADDR = "http://127.0.0.1:4646"
@@ -289,13 +290,24 @@ class Call:
     hint_403: str
     not_found: tuple[str, str] | None = None
     """The message and hint of a 404, when it means something."""
+    method: str = "GET"
+
+    @property
+    def request(self) -> str:
+        """How messages name the call: ``GET /v1/node/<id>``."""
+        return f"{self.method} {self.path}"
 
 
 _CALL_ERRORS = (nomad_errors.BaseNomadException, requests.RequestException, ValueError)
 
 
-class NomadReader:
-    """Reads the node's allocations from Nomad, through one kept-alive session."""
+class NomadApi:
+    """One kept-alive session to a Nomad agent, equipped as the Nomad CLI is (TLS, token), and
+    every failure of a call turned into a ``SourceError`` that says what to do.
+
+    Each user (the reader, the node metadata publisher) holds its own: a ``requests.Session``
+    is not meant to be shared between threads.
+    """
 
     def __init__(self, settings: NomadSettings) -> None:
         """Prepare the session; ``ConfigError`` if a file the settings name cannot be read."""
@@ -319,12 +331,6 @@ class NomadReader:
             address=self._base, timeout=settings.timeout, session=self._session, cert=("", "")
         )
         self._client = client
-        self._agent = self._requester(client.agent)
-        self._node = self._requester(client.node)
-        self._allocation = self._requester(client.allocation)
-        self._node_id: str | None = settings.node_id
-        self._node_name: str | None = None
-        self._node_checked = False
 
     @staticmethod
     def _requester(requester: Any) -> Any:
@@ -338,11 +344,20 @@ class NomadReader:
 
     def __repr__(self) -> str:
         addr = redact_url_passwords(self._settings.addr)
-        return f"NomadReader(addr={addr!r}, node_id={self._node_id!r})"
+        return f"{type(self).__name__}(addr={addr!r}, node_id={self._settings.node_id!r})"
 
     def close(self) -> None:
         """Close the kept-alive connections."""
         self._session.close()
+
+    @contextlib.contextmanager
+    def _quiet(self) -> Iterator[None]:
+        """Calls without urllib3's warning at every request when the user chose
+        ``--nomad-skip-verify``: they asked for it."""
+        with warnings.catch_warnings():
+            if self._settings.skip_verify:
+                warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+            yield
 
     # ---------------------------------------------------------------- token
 
@@ -389,17 +404,18 @@ class NomadReader:
                 return self._http_error(call, resp.status_code, resp.text.strip())
             if isinstance(resp, BaseException):
                 return self._transport_error(call, resp)
-            return self._error(f"GET {call.path} failed: {resp}", "check the Nomad agent")
-        if isinstance(err, requests.RequestException):
+            return self._error(f"{call.request} failed: {resp}", "check the Nomad agent")
+        # python-nomad calls .json() on the body: a ValueError means it was not JSON. Asked
+        # first: requests' JSONDecodeError is a RequestException too, and not a transport's.
+        if isinstance(err, requests.RequestException) and not isinstance(err, ValueError):
             return self._transport_error(call, err)
-        # python-nomad calls .json() on the body: a ValueError means it was not JSON.
         return self._error(
-            f"GET {call.path} answered something that is not JSON ({err})",
+            f"{call.request} answered something that is not JSON ({err})",
             f"check that {self._settings.addr} is a Nomad agent's HTTP API",
         )
 
     def _http_error(self, call: Call, status: int, body: str) -> SourceError:
-        where = f"GET {call.path} answered {status}"
+        where = f"{call.request} answered {status}"
         if body == "ACL token not found":
             return self._error(
                 f"{where} ACL token not found: Nomad does not know the token",
@@ -439,15 +455,31 @@ class NomadReader:
         peer = TlsPeer("the Nomad server", urlsplit(settings.addr).hostname or settings.addr)
         failed = tls_failure(err, tls_settings(settings), NOMAD_TLS, peer)
         if failed is not None:
-            return self._error(f"GET {call.path}: {failed[0]}", failed[1])
+            return self._error(f"{call.request}: {failed[0]}", failed[1])
         timeout = any(isinstance(c, requests.Timeout | TimeoutError) for c in causes(err))
         what = f"timed out after {settings.timeout:g}s" if timeout else "is unreachable"
         return self._error(
-            f"Nomad at {settings.addr} {what} (GET {call.path})",
+            f"Nomad at {settings.addr} {what} ({call.request})",
             "check that the Nomad agent runs and that --nomad-addr / NOMAD_ADDR points at it",
         )
 
-    # ---------------------------------------------------------------- reading
+
+class NomadReader(NomadApi):
+    """Reads the node's allocations from Nomad, through one kept-alive session."""
+
+    def __init__(self, settings: NomadSettings) -> None:
+        """Prepare the session; ``ConfigError`` if a file the settings name cannot be read."""
+        super().__init__(settings)
+        self._agent = self._requester(self._client.agent)
+        self._node = self._requester(self._client.node)
+        self._allocation = self._requester(self._client.allocation)
+        self._node_id: str | None = settings.node_id
+        self._node_name: str | None = None
+        self._node_checked = False
+
+    def __repr__(self) -> str:
+        addr = redact_url_passwords(self._settings.addr)
+        return f"NomadReader(addr={addr!r}, node_id={self._node_id!r})"
 
     def _find_node_id(self) -> str:
         if self._node_id is not None:
@@ -542,10 +574,7 @@ class NomadReader:
 
     def read(self, task_alloc_ids: Collection[str] = ()) -> NomadView:
         """The node's allocations, and a lookup of each task allocation the node list lacks."""
-        with warnings.catch_warnings():
-            if self._settings.skip_verify:
-                # The user asked for it; urllib3 would warn at every request of every tick.
-                warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+        with self._quiet():
             return self._read(task_alloc_ids)
 
     def _read(self, task_alloc_ids: Collection[str]) -> NomadView:

@@ -1,7 +1,8 @@
 """``gpuledger serve``: the node controller's loop in the main thread, HTTP beside it.
 
-SIGTERM and SIGINT end the loop after the tick in progress and the history is written; SIGHUP
-reloads the policy.
+SIGTERM and SIGINT end the loop after the tick in progress and the history is written (and with
+``--clear-node-meta-on-exit`` the node's ``gpuledger.*`` metadata unset); SIGHUP reloads the
+policy.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuledger import __version__
+from gpuledger.collectors.nomad_meta import NodeMetaClient
 from gpuledger.commands.logs import configure_logging
 from gpuledger.controller.clock import SystemClock
 from gpuledger.controller.loop import NodeController, attempt_timeout
 from gpuledger.controller.node import configured_node
+from gpuledger.controller.node_meta import NodeMetaPublisher
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.model.redact import CommandMode
 from gpuledger.policy.rules import Policy
@@ -38,6 +41,9 @@ class ServeOptions:
     node_name: str = ""
     web_config: Path | None = None
     """``--web-config``: HTTPS and basic auth (exporter-toolkit's file format)."""
+    publish_node_meta: bool = False
+    """``--publish-node-meta``; without it, any ``gpuledger.*`` keys left are cleared."""
+    clear_node_meta_on_exit: bool = False
 
 
 def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: TextIO) -> int:
@@ -45,6 +51,7 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
     configure_logging(sys.stderr)
     timeout = attempt_timeout(options.interval, config.timeout)
     clock = SystemClock()
+    publisher = _publisher(config, options, timeout)
     controller = NodeController(
         _sources(config, timeout),
         policy,
@@ -55,6 +62,7 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
         commands=options.commands,
         attempt_s=timeout,
         clock=clock,
+        sinks=(publisher,) if publisher else (),
     )
     server = bind(App(lambda: controller.snapshot, clock.now), options.listen, options.web_config)
     signal.signal(signal.SIGTERM, lambda *_: controller.stop())
@@ -64,8 +72,29 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
     for url in server.urls:
         out.write(f"gpuledger serve: listening on {url}\n")
     out.flush()
+    if publisher:
+        publisher.start()
     controller.run()
+    if publisher:
+        publisher.stop(clear=options.clear_node_meta_on_exit)
     return 0
+
+
+def _publisher(
+    config: SourceConfig, options: ServeOptions, timeout: float
+) -> NodeMetaPublisher | None:
+    """The node metadata publisher (or, without ``--publish-node-meta``, the one-off clearer
+    of keys an earlier run left); none without Nomad."""
+    if config.nomad is None:
+        return None
+    settings = replace(config.nomad, timeout=timeout)
+    return NodeMetaPublisher(
+        NodeMetaClient(settings),
+        options.interval,
+        publish=options.publish_node_meta,
+        node_id=settings.node_id,
+        call_timeout_s=timeout,
+    )
 
 
 def _sources(config: SourceConfig, timeout: float) -> Sources:

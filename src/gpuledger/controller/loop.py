@@ -11,7 +11,7 @@ A clock is passed in, so tests of idle time and of the rate run on fake time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -58,6 +58,19 @@ class Reader(Protocol):
 
     def read(self, guard: Guard | None = None) -> tuple[Desired, Observed]:
         """Read every source once; ``guard`` wraps each read."""
+        ...
+
+
+class Sink(Protocol):
+    """What the loop hands each judged ledger to once its snapshot is published, and whose
+    own failures it judges with the next tick (the node metadata publisher)."""
+
+    def offer(self, ledger: Ledger) -> None:
+        """Take the ledger; must return at once."""
+        ...
+
+    def findings(self, policy: Policy, node: str) -> tuple[Finding, ...]:
+        """Findings about the sink itself, as of now."""
         ...
 
 
@@ -114,8 +127,10 @@ class NodeController:
         commands: CommandMode = "redacted",
         load: Callable[[Path], Policy] = load_policy,
         attempt_s: float | None = None,
+        sinks: Sequence[Sink] = (),
     ) -> None:
         self.sources, self.policy, self.node, self.interval = sources, policy, node, interval
+        self.sinks = tuple(sinks)
         self.policy_path, self.history_path = policy_path, history_path
         self.clock: Clock = clock or SystemClock()
         self.commands: CommandMode = commands
@@ -194,7 +209,7 @@ class NodeController:
             self.history,
             at,
             self.interval,
-            self._policy_findings(node),
+            (*self._policy_findings(node), *self._sink_findings(node)),
             self.judge_memo,
         )
         self.history = judged.history
@@ -210,6 +225,8 @@ class NodeController:
             history_error=history_error,
         )
         self.snapshot = snapshot  # one attribute swap: readers see the old or the new, whole
+        for sink in self.sinks:
+            sink.offer(judged.ledger)
         log.info(
             "reconcile.finished",
             duration_s=round(duration, 4),
@@ -278,6 +295,9 @@ class NodeController:
             return ()
         found = policy_invalid(self.policy_error, self.policy, node.name)
         return (found,) if found else ()
+
+    def _sink_findings(self, node: NodeInfo) -> tuple[Finding, ...]:
+        return tuple(f for sink in self.sinks for f in sink.findings(self.policy, node.name))
 
     # ------------------------------------------------------------------ the history file
 

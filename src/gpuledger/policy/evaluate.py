@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from gpuledger.errors import PolicyError
@@ -98,6 +98,28 @@ def evaluate(
 
 
 _PROBLEM_AT = re.compile(r"^.*?:(\d+):\d+: ")
+
+
+def source_unavailable(
+    policy: Policy, node: str, source: str, label: str, error: str | None, hint: str | None
+) -> Finding | None:
+    """The ``source-unavailable`` finding of a source (or the node metadata publisher) that
+    failed: ``<label> unavailable: <error> (<hint>)``, owned by ``source:<source>``."""
+    rule = policy.rule(Code.SOURCE_UNAVAILABLE, node)
+    if rule.level is None:
+        return None
+    message = f"{label} unavailable: {error or 'unreadable'}"
+    if hint:
+        message += f" ({hint})"
+    return Finding(
+        code=Code.SOURCE_UNAVAILABLE,
+        level=rule.level,
+        gpu=None,
+        node=node,
+        message=message,
+        subject={"source": source},
+        owner=f"source:{source}",
+    )
 
 
 def policy_invalid(
@@ -216,23 +238,14 @@ class _Judge:
         )
 
     def sources(self) -> Iterator[Finding]:
-        rule = self.policy.rule(Code.SOURCE_UNAVAILABLE, self.node)
         for name, status in self.ledger.sources.items():
             if status.readable or not status.enabled:
                 continue
-            message = f"{_SOURCE_LABEL[name]} unavailable: {status.error}"
-            if status.hint:
-                message += f" ({status.hint})"
-            found = self.finding(
-                Code.SOURCE_UNAVAILABLE,
-                rule,
-                None,
-                f"source:{name.value}",
-                message,
-                {"source": name.value},
+            found = source_unavailable(
+                self.policy, self.node, name.value, _SOURCE_LABEL[name], status.error, status.hint
             )
             if found:
-                yield found
+                yield replace(found, since=self.since.findings.get(found.key))
 
     def strays(self) -> Iterator[Finding]:
         """Reserved devices the driver does not list, and processes on GPUs it did not list."""

@@ -56,7 +56,32 @@ IDENTITY_FIX_VERSION = (1, 11, 1)
 
 AGENT_READ = "agent:read"
 NODE_READ = "node:read"
+NODE_WRITE = "node:write"
 READ_JOB = "read-job"
+
+# Dynamic node metadata (Nomad 1.5+, PR #15844), as read in hashicorp/nomad at aa026cc9:
+# command/agent/meta_endpoint.go and helpers.go (methods, routing), client/meta_endpoint.go
+# (ACL, Validate, state before memory), client/client.go (the merge at start),
+# nomad/client_meta_endpoint.go, client_rpc.go and util.go (the servers: Unknown node, No path
+# to node), nomad/structs/node.go (Validate), command/agent/http.go (errors to statuses; at
+# v1.4.14 the empty 404 of the root fallthrough); #18664 is in the CHANGELOG of 1.5.10, 1.6.3
+# and 1.7.0; the connect.transparent_proxy.* defaults in client/client.go from 1.8.0.
+META_VERSION = (1, 5, 0)
+INVALID_METHOD = "Invalid method"
+NO_LOCAL_NODE = "No local Node and node_id not provided"
+NO_PATH_TO_NODE = "No path to node"
+UNKNOWN_NODE = "Unknown node"
+# What every client adds to its static meta unless its configuration sets it (client/client.go);
+# the connect.transparent_proxy.* defaults since 1.8.0.
+_ENVOY_IMAGE = "docker.io/envoyproxy/envoy:v${NOMAD_envoy_version}"
+DEFAULT_STATIC_META = {
+    "connect.sidecar_image": _ENVOY_IMAGE,
+    "connect.gateway_image": _ENVOY_IMAGE,
+    "connect.log_level": "info",
+    "connect.proxy_concurrency": "1",
+    "connect.transparent_proxy.default_uid": "101",
+    "connect.transparent_proxy.default_outbound_port": "15001",
+}
 
 
 @dataclass(frozen=True)
@@ -306,6 +331,82 @@ def _allocation(
     }
 
 
+# --------------------------------------------------------------------------- node metadata
+
+
+def _go_kind(value: Any) -> str:
+    """How Go's encoding/json names a JSON value it cannot unmarshal."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    kinds: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return kinds.get(type(value), "null")
+
+
+def _field(doc: Mapping[str, Any], name: str) -> Any:
+    """A struct field as encoding/json finds it: the exact key, else any case of it."""
+    if name in doc:
+        return doc[name]
+    return next((v for k, v in doc.items() if k.lower() == name.lower()), None)
+
+
+def _meta_request(body: bytes) -> tuple[str, dict[str, str | None]] | str:
+    """``(NodeID, Meta)`` of a ``NodeMetaApplyRequest`` body, or the 400's message
+    (``decodeBody``: an empty body, JSON that does not fit the struct)."""
+    if not body:
+        return "Request body is empty"
+    try:
+        doc = json.loads(body)
+    except ValueError as err:
+        return f"invalid character in request body: {err}"
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        return (
+            f"json: cannot unmarshal {_go_kind(doc)} into Go value of type "
+            "structs.NodeMetaApplyRequest"
+        )
+    node_id, meta = _field(doc, "NodeID"), _field(doc, "Meta")
+    if node_id is not None and not isinstance(node_id, str):
+        return (
+            f"json: cannot unmarshal {_go_kind(node_id)} into Go struct field "
+            "NodeMetaApplyRequest.NodeID of type string"
+        )
+    if meta is not None and not isinstance(meta, dict):
+        return (
+            f"json: cannot unmarshal {_go_kind(meta)} into Go struct field "
+            "NodeMetaApplyRequest.Meta of type map[string]*string"
+        )
+    for value in (meta or {}).values():
+        if value is not None and not isinstance(value, str):
+            return (
+                f"json: cannot unmarshal {_go_kind(value)} into Go struct field "
+                "NodeMetaApplyRequest.Meta of type string"
+            )
+    return node_id or "", dict(meta or {})
+
+
+def _hcl_identifier(part: str) -> bool:
+    """hclsyntax.ValidIdentifier: ``(ID_Start | '_') (ID_Continue | '-')*`` (Python's
+    identifiers use the XID_ forms of the same Unicode classes)."""
+    return bool(part) and part[0] != "-" and part.replace("-", "_").isidentifier()
+
+
+def _meta_problem(meta: Mapping[str, str | None]) -> str | None:
+    """``NodeMetaApplyRequest.Validate``'s message, or ``None`` when the request is valid."""
+    if not meta:
+        return "missing required Meta object"
+    for key in meta:
+        if key == "":
+            return "metadata keys must not be empty"
+        if not all(_hcl_identifier(part) for part in key.split(".")):
+            return (
+                f"{json.dumps(key)} is invalid; metadata keys must be valid dotted hcl identifiers"
+            )
+    return None
+
+
 # --------------------------------------------------------------------------- servers
 
 
@@ -388,9 +489,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         """Route one GET."""
+        self._answer()
+
+    def do_POST(self) -> None:
+        """Route one POST."""
+        self._answer()
+
+    def do_PUT(self) -> None:
+        """Route one PUT (405 everywhere here)."""
+        self._answer()
+
+    def do_DELETE(self) -> None:
+        """Route one DELETE (405 everywhere here)."""
+        self._answer()
+
+    def _answer(self) -> None:
         fake: FakeNomad = self.server.fake  # type: ignore[attr-defined]
-        status, body = fake.answer("GET", self.path, self._token())
-        self._send(status, body)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length > 0 else b""
+        status, answer = fake.answer(self.command, self.path, self._token(), body)
+        self._send(status, answer)
 
     def _token(self) -> str | None:
         token = self.headers.get("X-Nomad-Token")
@@ -466,6 +584,19 @@ class FakeNomad:
         """The cluster's nodes and services (``/v1/nodes``, ``/v1/service``), for the fleet."""
         self.lists_resources = True
         """``False``: a Nomad before 1.0, whose ``/v1/nodes`` ignores ``?resources=true``."""
+        self.static_meta: dict[str, str] = dict(DEFAULT_STATIC_META)
+        """The client's configured meta (``client { meta { … } }``), read when it starts."""
+        self.meta_sync_delay = 0.0
+        """Seconds before the servers' copy of the node (``/v1/node/<id>``, the one the
+        scheduler reads) shows a metadata change: Nomad batches for up to 10 s."""
+        self.peers: dict[str, FakeNomad] = {}
+        """Other client agents, by node id, that the servers reach (``?node_id=`` forwarding)."""
+        self._meta_db: dict[str, str | None] = {}
+        self._meta_static: dict[str, str] = {}
+        self._meta_dynamic: dict[str, str | None] = {}
+        self._meta: dict[str, str] = {}
+        self._meta_synced: list[tuple[float, dict[str, str]]] = []
+        self.restart_client()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -572,7 +703,9 @@ class FakeNomad:
 
     # ---------------------------------------------------------------- answers
 
-    def answer(self, method: str, target: str, token: str | None) -> tuple[int, Any]:
+    def answer(
+        self, method: str, target: str, token: str | None, body: bytes = b""
+    ) -> tuple[int, Any]:
         """The status and body (JSON value, or plain text) for one request."""
         parts = urlsplit(target)
         path = parts.path
@@ -588,6 +721,8 @@ class FakeNomad:
             # The Task API always requires authentication, ACLs or not, and never falls back
             # to the anonymous policy (api-docs/task-api.mdx).
             return 403, PERMISSION_DENIED
+        if path == "/v1/client/metadata" or method != "GET":
+            return self._not_a_get(method, path, parts.query, token, body)
         if path == "/v1/agent/self":
             if self._resolves_as_uuid_only() and token is not None and len(token) != 36:
                 # Every secret is a UUID, so only a workload identity (a JWT) gets here.
@@ -602,16 +737,162 @@ class FakeNomad:
                 self._node_allocations(unquote(match[1]), token),
             )
         if match := _NODE.match(path):
-            denied = self._guarded(token, NODE_READ, None)
-            if denied:
-                return denied
-            node_id = unquote(match[1])
-            if node_id == self.node_id:
-                return 200, self._node()
-            return self._cluster_node(node_id)
+            return self._guarded(token, NODE_READ, None) or self._any_node(unquote(match[1]))
         if match := _ALLOC.match(path):
             return self._alloc(unquote(match[1]), token)
         return 404, "404 page not found"
+
+    def _any_node(self, node_id: str) -> tuple[int, Any]:
+        """``/v1/node/<id>``: this node, or another of the cluster."""
+        return (200, self._node()) if node_id == self.node_id else self._cluster_node(node_id)
+
+    def _not_a_get(
+        self, method: str, path: str, query: str, token: str | None, body: bytes
+    ) -> tuple[int, Any]:
+        """The metadata endpoint (GET and POST); 405 for any other method elsewhere."""
+        if path == "/v1/client/metadata":
+            return self._client_metadata(method, query, token, body)
+        return 405, INVALID_METHOD
+
+    # ---------------------------------------------------------------- node metadata
+
+    def restart_client(self) -> None:
+        """What a client agent's restart does to its metadata (``client/client.go``): static
+        meta from its configuration, and the dynamic meta of its state database merged over it
+        (a null erases a static key and is kept; a null with no static key is forgotten).
+        Serving goes on: ``stop()`` and ``start()`` around it for a whole restart."""
+        with self._lock:
+            static = dict(self.static_meta)
+            meta = dict(static)
+            dynamic = dict(self._meta_db)
+            for key, value in list(dynamic.items()):
+                if value is not None:
+                    meta[key] = value
+                elif key in meta:
+                    del meta[key]
+                else:
+                    del dynamic[key]
+            self._meta_db = dict(dynamic)
+            self._meta_static, self._meta_dynamic, self._meta = static, dynamic, meta
+            self._sync_meta()
+
+    def node_meta(self) -> dict[str, str]:
+        """The client's merged ``Meta``, as ``GET /v1/client/metadata`` answers it."""
+        with self._lock:
+            return dict(self._meta)
+
+    def scheduler_meta(self) -> dict[str, str]:
+        """The servers' copy of the node's ``Meta``: what ``/v1/node/<id>`` shows and what
+        constraints read, ``meta_sync_delay`` behind the client's."""
+        horizon = time.monotonic() - self.meta_sync_delay
+        with self._lock:
+            seen = [meta for at, meta in self._meta_synced if at <= horizon]
+            return dict(seen[-1] if seen else self._meta_synced[0][1])
+
+    def _sync_meta(self) -> None:
+        """Send the client's ``Meta`` to the servers (called with the lock held)."""
+        now = time.monotonic()
+        self._meta_synced.append((now, dict(self._meta)))
+        # Keep the newest copy already visible and every later one.
+        horizon = now - self.meta_sync_delay
+        visible = [i for i, (at, _) in enumerate(self._meta_synced) if at <= horizon]
+        if visible:
+            del self._meta_synced[: visible[-1]]
+
+    def _forgets_nulls(self) -> bool:
+        """Whether a null for a key that is not static leaves Dynamic (hashicorp/nomad #18664,
+        in 1.5.10, 1.6.3 and 1.7.0); before, it stayed there as null."""
+        version = _version(self.version)
+        return (
+            version >= (1, 7, 0)
+            or (1, 6, 3) <= version < (1, 7, 0)
+            or (1, 5, 10) <= version < (1, 6, 0)
+        )
+
+    def _client_metadata(
+        self, method: str, query: str, token: str | None, body: bytes
+    ) -> tuple[int, Any]:
+        """``/v1/client/metadata``: decoded, routed (``rpcHandlerForNode``), then answered."""
+        if _version(self.version) < META_VERSION:
+            return 404, ""  # no such route: the agent's root fallthrough, an empty 404
+        if method not in {"GET", "POST"}:
+            return 405, INVALID_METHOD
+        node_id, meta = "", dict[str, str | None]()
+        if method == "POST":
+            decoded = _meta_request(body)
+            if isinstance(decoded, str):
+                return 400, decoded
+            node_id, meta = decoded
+        # parseNode: the query's node_id (its first value) wins over the body's NodeID.
+        node_id = (parse_qs(query).get("node_id") or [""])[0] or node_id
+        client = self.client_agent
+        server = self.server_agent or not client
+        if client and node_id in {"", self.node_id}:
+            return self._meta_here(method, token, meta)
+        if (client and not server) or (server and node_id):
+            return self._meta_forwarded(method, token, node_id, meta)
+        return 400, NO_LOCAL_NODE
+
+    def _meta_forwarded(
+        self, method: str, token: str | None, node_id: str, meta: dict[str, str | None]
+    ) -> tuple[int, Any]:
+        """Through the servers (``nomad/client_meta_endpoint.go``, ``forwardClientRPC``): they
+        check the token, then the node: unknown, not connected, or its client answers."""
+        if self.access.authenticate(token) is not None:
+            return 403, PERMISSION_DENIED  # the servers answer any failed authentication so
+        capability = NODE_WRITE if method == "POST" else NODE_READ
+        denied = self._guarded(token, capability, None)
+        if denied:
+            return denied
+        peer = self.peers.get(node_id)
+        if peer is None:
+            stubs = self.cluster.nomad_nodes(False) if self.cluster is not None else []
+            if any(stub["ID"] == node_id for stub in stubs):
+                return 404, NO_PATH_TO_NODE
+            return 500, f"{UNKNOWN_NODE} {node_id}"
+        if peer._server is None:
+            return 404, NO_PATH_TO_NODE
+        return peer._meta_here(method, token, meta)
+
+    def _meta_here(
+        self, method: str, token: str | None, meta: dict[str, str | None]
+    ) -> tuple[int, Any]:
+        """The client's own ``NodeMeta.Read`` / ``NodeMeta.Apply``: ACL, validation, then the
+        state database before memory, and the change sent to the servers."""
+        if method == "GET":
+            return self._guarded(token, NODE_READ, None) or (200, self._meta_response())
+        denied = self._guarded(token, NODE_WRITE, None)
+        if denied:
+            return denied
+        problem = _meta_problem(meta)
+        if problem:
+            return 400, problem
+        with self._lock:
+            dynamic = {**self._meta_dynamic, **meta}
+            if self._forgets_nulls():
+                for key, value in meta.items():
+                    if value is None and key not in self._meta_static:
+                        del dynamic[key]
+            self._meta_db = dict(dynamic)
+            self._meta_dynamic = dynamic
+            for key, value in meta.items():
+                if value is None:
+                    self._meta.pop(key, None)
+                else:
+                    self._meta[key] = value
+            self._sync_meta()
+        return 200, self._meta_response()
+
+    def _meta_response(self) -> dict[str, Any]:
+        """``NodeMetaResponse``: merged, dynamic (nulls and all) and static."""
+        with self._lock:
+            return {
+                "Meta": dict(self._meta),
+                "Dynamic": dict(self._meta_dynamic),
+                "Static": dict(self._meta_static),
+            }
+
+    # ---------------------------------------------------------------- the cluster
 
     def _cluster_answer(self, path: str, query: str, token: str | None) -> tuple[int, Any] | None:
         """``/v1/nodes`` and ``/v1/service/<name>``, when the fake knows a cluster."""
@@ -772,7 +1053,7 @@ class FakeNomad:
                 "Devices": devices or None,
             },
             "ReservedResources": {"Cpu": {"CpuShares": 0}, "Memory": {"MemoryMB": 0}},
-            "Meta": {},
+            "Meta": self.scheduler_meta(),
             "Events": None,
             "CreateIndex": 5,
             "ModifyIndex": self.index,

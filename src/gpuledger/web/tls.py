@@ -75,6 +75,11 @@ class TlsFront:
         await self._stopped.wait()
         for server in servers:
             server.close()
+        # The connections still open end with the front, not later as abandoned tasks.
+        clients = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in clients:
+            task.cancel()
+        await asyncio.gather(*clients, return_exceptions=True)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client's connection: handed to waitress, or closed when the room is full."""

@@ -149,6 +149,10 @@ def node_args(values: Mapping[str, Any], *, identity: bool) -> list[str]:
         args += ["--history", "${NOMAD_ALLOC_DIR}/data/history.json"]
     if values["policy"]["fromVariable"]:
         args += ["--policy", "${NOMAD_TASK_DIR}/policy.yaml"]
+    if node["nodeMeta"]["publish"]:
+        args += ["--publish-node-meta"]
+        if node["nodeMeta"]["clearOnExit"]:
+            args += ["--clear-node-meta-on-exit"]
     return [*args, *_nomad_args(values, identity=identity), *node["extraArgs"]]
 
 

@@ -1,5 +1,6 @@
 # Rendered by gpuledger render 0.1.0: change the values and render again rather than edit this file.
 # The node controller on every GPU node. It never requests a GPU: it observes them.
+# It publishes node metadata, which needs node write: give its token the policy deploy/nomad/gpuledger-meta.policy.hcl too.
 
 variable "checksum" {
   type        = string
@@ -119,6 +120,8 @@ job "gpuledger" {
           "${NOMAD_ALLOC_DIR}/data/history.json",
           "--policy",
           "${NOMAD_TASK_DIR}/policy.yaml",
+          "--publish-node-meta",
+          "--clear-node-meta-on-exit",
           "--nomad-token-file",
           "${NOMAD_SECRETS_DIR}/nomad_token",
           "--nomad-addr",

@@ -1,6 +1,7 @@
 # Rendered by gpuledger render 0.1.0: change the values and render again rather than edit this file.
 # The node controller reading Nomad with its workload identity, through the Task API.
 # Bind gpuledger's ACL policy to the job first: nomad acl policy apply -namespace default -job gpuledger gpuledger-workload deploy/nomad/gpuledger.policy.hcl
+# It publishes node metadata, which needs node write: nomad acl policy apply -namespace default -job gpuledger gpuledger-meta-workload deploy/nomad/gpuledger-meta.policy.hcl
 
 variable "checksum" {
   type        = string
@@ -111,6 +112,8 @@ job "gpuledger" {
           "${NOMAD_ALLOC_DIR}/data/history.json",
           "--policy",
           "${NOMAD_TASK_DIR}/policy.yaml",
+          "--publish-node-meta",
+          "--clear-node-meta-on-exit",
           "--nomad-addr",
           "unix://${NOMAD_SECRETS_DIR}/api.sock",
           "--nomad-token-file",
