@@ -288,6 +288,25 @@ def test_the_node_page_says_who_reserved_and_holds_each_gpu(browser: Any, demo_n
     opened.close()
 
 
+def test_the_files_the_page_links_are_served_the_style_sheet_cacheable(
+    browser: Any, demo_node: Serve
+) -> None:
+    # Headless Chromium asks for no favicon; a browser with a tab bar does: it is fetched here.
+    opened = open_page(browser, demo_node.url + "/")
+    page = opened.page
+    links = dict(page.eval_on_selector_all("link", "ls => ls.map(l => [l.rel, l.href])"))
+    icon = page.request.get(links["icon"])
+    assert (icon.status, icon.headers["content-type"]) == (200, "image/svg+xml")
+    assert icon.headers["cache-control"] == "no-store"
+    unasked = page.request.get(demo_node.url + "/favicon.ico")  # where browsers look unasked
+    assert unasked.status == 200 and unasked.body() == icon.body()
+    sheet = page.request.get(links["stylesheet"])
+    assert sheet.status == 200
+    assert sheet.headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert page.request.get(demo_node.url + "/").headers["cache-control"] == "no-store"
+    opened.close()
+
+
 def test_the_strip_draws_the_day_and_the_controller_down_as_such(
     browser: Any, demo_node: Serve
 ) -> None:
