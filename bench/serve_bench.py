@@ -3,9 +3,9 @@
 (a) CPU time of one tick's join and policy evaluation for 8 GPUs x 64 tenants, against the
     CPU time of spawning ``/bin/true`` once;
 (b) the controller's resident memory after 1,000 and 10,000 ticks (in-process sources, a fake
-    clock, one /metrics and one /ledger render per tick, the history written each tick),
-    against Debian's ``prometheus-node-exporter`` after 1,000 scrapes;
-(c) ``/metrics`` and ``/ledger`` latency (median, 99th percentile, 1,000 requests each over
+    clock, one /metrics, one /ledger and one page (/) render per tick, the history written each
+    tick), against Debian's ``prometheus-node-exporter`` after 1,000 scrapes;
+(c) ``/metrics``, ``/ledger`` and ``/`` latency (median, 99th percentile, 1,000 requests each over
     one keep-alive connection) of the controller served by waitress, against node_exporter's
     ``/metrics``.
 
@@ -307,7 +307,7 @@ def child_memory(ticks: list[int], folder: Path) -> None:
         while done < target:
             controller.tick()
             clock.t += 15
-            for path in ("/metrics", "/ledger"):
+            for path in ("/metrics", "/ledger", "/"):
                 b"".join(app({**environ, "PATH_INFO": path}, lambda s, h, e=None: None))
             done += 1
         found[str(target)] = rss_kib()
@@ -366,7 +366,10 @@ def imports_kib(statement: str = "") -> int:
     return min(int(r.stdout) for r in runs)
 
 
-LIBRARIES = ("jsonschema", "structlog", "docker", "prometheus_client", "yaml", "nomad", "waitress")
+LIBRARIES = (
+    "jsonschema", "structlog", "docker", "prometheus_client", "yaml", "nomad", "waitress",
+    "jinja2",
+)  # fmt: skip
 
 
 def import_costs() -> dict[str, int]:
@@ -411,6 +414,7 @@ def bench_latency(n: int = 1000) -> dict[str, list[float]]:
         return {
             "metrics": latencies(port, "/metrics", n),
             "ledger": latencies(port, "/ledger", n),
+            "page": latencies(port, "/", n),
             "rss_kib": [rss_kib(proc.pid)],
         }
     finally:
@@ -419,13 +423,14 @@ def bench_latency(n: int = 1000) -> dict[str, list[float]]:
 
 
 def bench_render(repeat: int = 200) -> dict[str, float]:
-    """CPU seconds to render /metrics and /ledger of a fresh 8 x 64 snapshot (no cache)."""
+    """CPU seconds to render /metrics, /ledger and / of a fresh 8 x 64 snapshot (no cache)."""
 
     from gpuledger.controller.loop import NodeController  # noqa: PLC0415
     from gpuledger.model import NodeInfo  # noqa: PLC0415
     from gpuledger.model.contract import ledger_doc  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415
     from gpuledger.views.metrics import render  # noqa: PLC0415
+    from gpuledger.views.page import render_node  # noqa: PLC0415
 
     c = NodeController(
         fake_node(),
@@ -443,7 +448,10 @@ def bench_render(repeat: int = 200) -> dict[str, float]:
     for _ in range(repeat):
         json.dumps(ledger_doc(snap.ledger), indent=2)
     ledger = (time.process_time() - start) / repeat
-    return {"metrics": metrics, "ledger": ledger}
+    start = time.process_time()
+    for _ in range(repeat):
+        render_node(snap)
+    return {"metrics": metrics, "ledger": ledger, "page": (time.process_time() - start) / repeat}
 
 
 # --------------------------------------------------------------------------- the report
@@ -488,11 +496,11 @@ def report() -> None:
         + ("met" if r10 <= 2 * ne and r10 <= r1 + 512 else "NOT met"),
     )
     base = exporter.get("metrics") or [float("nan")]
-    for name in ("metrics", "ledger"):
+    for name, path in (("metrics", "/metrics"), ("ledger", "/ledger"), ("page", "/")):
         got = latency[name]
         met = statistics.median(got) <= statistics.median(base) and p99(got) <= p99(base)
         row(
-            f"(c) /{name} latency, median / p99 of 1,000",
+            f"(c) {path} latency, median / p99 of 1,000",
             f"{statistics.median(got) * MS:.2f} / {p99(got) * MS:.2f} ms",
             f"node_exporter /metrics: {statistics.median(base) * MS:.2f} / {p99(base) * MS:.2f} ms",
             "at or below",
@@ -500,7 +508,8 @@ def report() -> None:
         )
     print(
         f"\nRendering a fresh snapshot (once per tick, then cached): /metrics "
-        f"{render_cpu['metrics'] * MS:.2f} ms, /ledger {render_cpu['ledger'] * MS:.2f} ms CPU. "
+        f"{render_cpu['metrics'] * MS:.2f} ms, /ledger {render_cpu['ledger'] * MS:.2f} ms, / "
+        f"{render_cpu['page'] * MS:.2f} ms CPU. "
         f"Serving controller's RSS during (c): {latency['rss_kib'][0] / MIB:.1f} MiB. The same "
         f"imports in this development virtualenv (with rich): {dev / MIB:.1f} MiB."
     )

@@ -336,6 +336,9 @@ def test_demo_fleet_serves_a_simulated_cluster_and_prints_its_url() -> None:
         statuses = {n["status"] for n in doc["nodes"]}
         assert statuses == {"ok", "stale", "unreachable", "missing", "down", "schema-mismatch"}
         assert any(f["code"] == "controller-missing" for f in doc["findings"])
+        assert "the fleet's page: totals, nodes worst first" in out.text()
+        page = requests.get(found[1], timeout=10).text
+        assert "<h1>gpuledger fleet</h1>" in page and '<table class="nodes stack">' in page
     finally:
         stop.set()
         demo.join(60)

@@ -11,59 +11,32 @@ test's: ``GPULEDGER_REGEN_SCREENSHOTS=1`` writes it to ``docs/report.png``.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import browser as chromium
+from browser import DOCS, REGEN, Visit, watch
 from gpuledger.model.report import By, NodeHours, Report, UseHours, Window
 from gpuledger.views.report import render_html
 from prometheus_server import PrometheusServer
 from report_fixtures import prometheus, report, week
-from runtimes import missing
 
 __all__ = ["prometheus", "week"]  # the fixtures this module uses
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update"]  # fmt: skip
-SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "report.png"
-REGEN = os.environ.get("GPULEDGER_REGEN_SCREENSHOTS") == "1"
+SCREENSHOT = DOCS / "report.png"
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        missing(f"{CHROMIUM} not found: apt-get install chromium")
-    try:
-        from playwright.sync_api import sync_playwright  # noqa: PLC0415
-    except ImportError:
-        missing("playwright not installed: pip install -e '.[test]'")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
-
-
-@dataclass
-class Visit:
-    """What the browser saw while it loaded one page."""
-
-    errors: list[str] = field(default_factory=list)
-    requests: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
+    yield from chromium.browser()
 
 
 def open_page(browser: Any, path: Path) -> tuple[Any, Visit]:
     page = browser.new_page(viewport={"width": 1100, "height": 900})
-    visit = Visit()
-    page.on("console", lambda m: visit.errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: visit.errors.append(str(e)))
-    page.on("request", lambda r: visit.requests.append(r.url))
-    page.on("dialog", lambda d: (visit.dialogs.append(d.message), d.dismiss()))
+    visit = watch(page)
     page.goto(path.as_uri())
     page.wait_for_load_state("load")
     return page, visit

@@ -543,6 +543,8 @@ def test_the_demo_serves_the_node_and_drifts(tmp_path: Path) -> None:
             "the demo's URLs",
         )
         assert f"{url}findings" in out.getvalue()
+        assert f"{url}           the node's page: every GPU at a glance" in out.getvalue()
+        eventually(lambda: 'id="gpu-3"' in requests.get(url, timeout=10).text, "the page")
 
         def stray_on_gpu_3() -> bool:
             answer = requests.get(url + "findings", timeout=10)
@@ -591,6 +593,8 @@ def test_the_mig_demo_serves_its_instances_and_drifts() -> None:
             ] == [destroyed]
 
         eventually(missing_instance, "the destroyed instance in missingDevices")
+        page = requests.get(url, timeout=10).text  # GPU 1's card holds a card per instance
+        assert 'id="gpu-1"' in page and 'id="gpu-1-2-1"' in page and 'id="gpu-1-9-0"' in page
         metrics = requests.get(url + "metrics", timeout=10).text
         assert 'gpuledger_mig_instance_state{parent="GPU-9d3e5f74-' in metrics
     finally:

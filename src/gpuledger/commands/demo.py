@@ -44,7 +44,7 @@ findings:
   held-idle: {after: 30s, below_percent: 5}
 """
 ENDPOINTS = (
-    ("", "this page, a placeholder for now"),
+    ("", "the node's page: every GPU at a glance, light or dark, refreshing itself"),
     ("ledger", "every GPU: state, since when, reservation, tenants (JSON)"),
     ("findings", "what drifted, worst first (JSON)"),
     ("metrics", "for Prometheus: GPU states, GPU-seconds per job, findings"),

@@ -12,6 +12,12 @@ them. So does an interruption of the same length while the controller runs: a GP
 meanwhile keeps its own. A job's counters are retired ``JOB_RETIREMENT`` after the last tick that
 charged it, so periodic and dispatched jobs (``name/periodic-<time>``) do not pile up series.
 
+The page's picture of the last day (``trails``): every GPU and MIG instance keeps the ticks at
+which its state changed, as the ticks saw it (an ``unknown`` spell too short to restart the
+since-when is still drawn), and where the controller was down, a change to "not watched"
+(``None``) at the last tick before the gap. Each trail is bounded (``TRAIL_CAP`` changes, the
+oldest dropped, none kept that ended more than ``TRAIL_SPAN`` ago) and goes with its GPU.
+
 Everything here is pure: a ``History`` value goes in with a ledger, a new one comes out. Its
 file (the JSON codec and the atomic write) is ``history_file``.
 """
@@ -38,6 +44,23 @@ USE_OF_STATE = {GpuState.HELD: "held", GpuState.RESERVED_IDLE: "idle"}
 
 JOB_RETIREMENT = timedelta(hours=1)
 """How long after the last tick that charged a job its ``job_gpu_seconds_total`` series stay."""
+
+TRAIL_SPAN = timedelta(hours=24)
+"""How far back the page draws each GPU's states."""
+TRAIL_CAP = 240
+"""The most changes a trail keeps: a GPU that flaps every tick shows its last ones, and the
+history file stays small (an hour of changes every 15 s, a few kilobytes a GPU)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """From ``at`` on, a GPU was in ``state``; ``None``: not watched (the controller was down)."""
+
+    at: datetime
+    state: GpuState | None
+
+
+Trail = tuple[Change, ...]
 
 
 @dataclass(frozen=True)
@@ -70,6 +93,8 @@ class History:
     findings_missing: Mapping[FindingKey, datetime] = field(default_factory=dict)
     """Open findings that could not be judged since then (a source failed): kept, not resolved,
     for up to three intervals."""
+    trails: Mapping[str, Trail] = field(default_factory=dict)
+    """Each GPU's and MIG instance's changes of state, oldest first (``TRAIL_CAP`` at most)."""
 
     def since(self) -> Since:
         """The since-whens as the pure policy evaluation reads them."""
@@ -148,7 +173,38 @@ def advance(
         job_seconds=job_seconds,
         job_seen=job_seen,
         findings_missing={} if gap else history.findings_missing,
+        trails=_trails(history, gpus, at, gap),
     )
+
+
+def _trails(
+    history: History, gpus: Mapping[str, GpuMark], at: datetime, gap: bool
+) -> dict[str, Trail]:
+    """Each GPU's trail with this tick's state; after a gap, "not watched" from the last tick
+    before it. A GPU no longer listed takes its trail with it."""
+    down = history.at if gap and history.at is not None and history.at < at else None
+    trails: dict[str, Trail] = {}
+    for uuid, mark in gpus.items():
+        trail = history.trails.get(uuid, ())
+        if trail and trail[-1].at > at:  # the clock went back: what it wrote later is void
+            trail = tuple(c for c in trail if c.at <= at)
+        added: list[Change] = []
+        if down is not None and trail and trail[-1].state is not None:
+            added.append(Change(down, None))
+        if not trail or added or trail[-1].state is not mark.state:
+            added.append(Change(at, mark.state))
+        trails[uuid] = trim_trail((*trail, *added), at) if added else trail
+    return trails
+
+
+def trim_trail(trail: Trail, at: datetime) -> Trail:
+    """The last ``TRAIL_CAP`` changes, without those that ended ``TRAIL_SPAN`` before ``at``
+    (the last change before the span stays: it says how the span began)."""
+    start = at - TRAIL_SPAN
+    first = 0
+    while first + 1 < len(trail) and trail[first + 1].at <= start:
+        first += 1
+    return trail[max(first, len(trail) - TRAIL_CAP) :]
 
 
 def _mark(

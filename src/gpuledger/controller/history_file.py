@@ -16,7 +16,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuledger.controller.history import FindingKey, GpuMark, History
+from gpuledger.controller.history import (
+    TRAIL_CAP,
+    Change,
+    FindingKey,
+    GpuMark,
+    History,
+    Trail,
+)
 from gpuledger.errors import HistoryCorruptError
 from gpuledger.model import GpuState
 from gpuledger.model.contract import SCHEMA, iso_time
@@ -54,7 +61,15 @@ def history_doc(history: History) -> dict[str, object]:
             }
             for (ns, job, use), value in sorted(history.job_seconds.items())
         ],
+        "trails": [
+            {"uuid": uuid, "changes": [[iso_time(c.at), _state_value(c)] for c in trail]}
+            for uuid, trail in sorted(history.trails.items())
+        ],
     }
+
+
+def _state_value(change: Change) -> str | None:
+    return change.state.value if change.state is not None else None
 
 
 def _mark_doc(m: GpuMark) -> dict[str, object]:
@@ -115,6 +130,8 @@ def parse_history(text: str) -> History:
         job_seconds=jobs,
         job_seen=seen,
         findings_missing=missing,
+        # A file from before the page kept no trails: they start at the next tick.
+        trails={t.get("uuid", str): t.trail() for t in r.items("trails", optional=True)},
     )
 
 
@@ -192,8 +209,23 @@ class _Reader:
             raise HistoryCorruptError(f"{self.where}: seconds {value:g} is not a count")
         return value
 
-    def items(self, key: str) -> list[_Reader]:
+    def trail(self) -> Trail:
+        """A GPU's changes of state, oldest first and at most ``TRAIL_CAP`` of them."""
+        changes = []
+        for i, pair in enumerate(self.get("changes", list)):
+            where = f"{self.where}.changes[{i}]"
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise HistoryCorruptError(f"{where} is not a [time, state] pair")
+            r = _Reader({"at": pair[0], "state": pair[1]}, where)
+            state = None if pair[1] is None else r.state("state")
+            changes.append(Change(r.time("at"), state))
+        changes.sort(key=lambda c: c.at)
+        return tuple(changes[-TRAIL_CAP:])
+
+    def items(self, key: str, optional: bool = False) -> list[_Reader]:
         values = self.doc.get(key)
+        if values is None and optional:
+            return []
         if not isinstance(values, list):
             raise HistoryCorruptError(f"{self.where}: {key!r} is missing or not a list")
         return [_Reader(v, f"{key}[{i}]") for i, v in enumerate(values)]

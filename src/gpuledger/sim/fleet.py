@@ -403,6 +403,8 @@ class FleetSim:
     async def _serve(self) -> None:
         app = web.Application(handler_args={"access_log": None})
         app.router.add_get("/node/{name}/{doc}", self._by_path)
+        app.router.add_get("/node/{name}/", self._home)
+        app.router.add_get("/", self._home)
         app.router.add_get("/{doc}", self._by_local_address)
         # A hanging node's handler sleeps: stopping cancels it instead of waiting a minute.
         self._runner = web.AppRunner(
@@ -448,6 +450,10 @@ class FleetSim:
         if node is None:
             return web.Response(status=404, text="404 page not found")
         return await self._answer(node, request)
+
+    async def _home(self, request: web.Request) -> web.StreamResponse:
+        """Where the fleet's page links a node: a simulated controller has no page of its own."""
+        return web.Response(text=_HOME, content_type="text/html")
 
     async def _answer(self, node: SimNode, request: web.Request) -> web.StreamResponse:
         response = await self._respond(node, request)
@@ -525,6 +531,16 @@ class FleetSim:
         just died (a dead one's registration outlives it until its allocation stops)."""
         return [_registration(n, service, self.port) for n in self.nodes.values()
                 if n.controller]  # fmt: skip
+
+
+_HOME = (
+    '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+    "<title>A simulated gpuledger controller</title></head><body>"
+    "<h1>A simulated gpuledger controller</h1><p>The simulated fleet of <code>gpuledger demo "
+    '--fleet</code> simulates only each controller\'s <a href="ledger">ledger</a>. A real one, '
+    "<code>gpuledger serve</code>, shows its node's page here: <code>gpuledger demo</code> "
+    "runs one.</p></body></html>\n"
+)
 
 
 async def _cancel_the_rest() -> None:

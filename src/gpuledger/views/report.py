@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
-import jinja2
-
 from gpuledger.model import GpuState
 from gpuledger.model.contract import iso_time
 from gpuledger.model.report import By, Report, UseHours
+from gpuledger.views.html import environment
 from gpuledger.views.table import columns, printable
 
 BAR_LIMIT = 50
@@ -141,17 +140,6 @@ def bars(rows: Iterable[UseHours], limit: int = BAR_LIMIT) -> list[Bar]:
 
 
 @cache
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("gpuledger.views", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
-@cache
 def _style() -> tuple[str, str]:
     """The page's style sheet and its CSP source (``'sha256-…'``)."""
     css = files("gpuledger.views").joinpath("templates/report.css").read_text(encoding="utf-8")
@@ -165,7 +153,7 @@ def render_html(report: Report) -> str:
     states = states_of(report)
     chart = bars(report.rows)
     return (
-        _environment()
+        environment()
         .get_template("report.html.j2")
         .render(
             report=report,

@@ -1,10 +1,11 @@
 """The node controller's HTTP endpoints, as a WSGI application over the latest snapshot.
 
-``/ledger``, ``/findings``, ``/metrics``, ``/healthz`` and a placeholder ``/``. A request never
-reads a source: it renders (once per snapshot, kept in a ``RenderCache``) the snapshot the loop
-last published. Every endpoint answers GET and HEAD only, and every answer, errors included,
-carries the security headers (README, "The node controller"); ``WsgiApp`` is that much, shared
-with the fleet's application.
+``/`` (the node's page), ``/ledger``, ``/findings``, ``/metrics`` and ``/healthz``. A request
+never reads a source: it renders (once per snapshot, kept in a ``RenderCache``) the snapshot the
+loop last published. Every endpoint answers GET and HEAD only, and every answer, errors
+included, carries the security headers (README, "The node controller"); ``WsgiApp`` is that
+much, shared with the fleet's application, and serves what the pages link: the style sheet
+(the one answer that may be cached: its URL carries its content's hash) and the favicon.
 
 ``/ledger`` and ``/findings`` carry an ``ETag`` that covers what they say, not when the tick
 happened, and answer ``304`` to an ``If-None-Match`` that names it; every answer says when the
@@ -15,12 +16,12 @@ reader learns that the loop still ticks without fetching an unchanged ledger.
 from __future__ import annotations
 
 import hashlib
-import html
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Generic, TypeVar
+from urllib.parse import parse_qs
 
 from gpuledger.controller.loop import Snapshot
 from gpuledger.model import Ledger
@@ -32,6 +33,8 @@ from gpuledger.model.contract import (
     ledger_doc,
 )
 from gpuledger.views import metrics
+from gpuledger.views.html import FAVICON_PATHS, HTML, Asset, favicon, stylesheet
+from gpuledger.views.page import render_node, render_starting
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -52,6 +55,8 @@ TEXT = "text/plain; charset=utf-8"
 JSON = "application/json"
 STARTING = "starting: the first reconcile has not finished yet\n"
 NOT_MODIFIED = "304 Not Modified"
+IMMUTABLE = (("Cache-Control", "public, max-age=31536000, immutable"),)
+"""For the style sheet: a changed sheet gets a new URL, so this one never changes."""
 S = TypeVar("S")
 Headers = tuple[tuple[str, str], ...]
 
@@ -116,6 +121,34 @@ class RenderCache:
 Route = Callable[[S | None, "WSGIEnvironment"], Answer]
 
 
+def _asset_route(asset: Asset, extra: Headers = ()) -> Route[S]:
+    answer = Answer("200 OK", asset.body, asset.content_type, extra)
+    return lambda state, environ: answer
+
+
+def asset_routes() -> dict[str, Route[S]]:
+    """The files every page links: the style sheet (cacheable) and the favicon."""
+    routes: dict[str, Route[S]] = {stylesheet().path: _asset_route(stylesheet(), IMMUTABLE)}
+    routes.update((path, _asset_route(favicon())) for path in FAVICON_PATHS)
+    return routes
+
+
+def page_answer(
+    cache: RenderCache,
+    snap: S | None,
+    environ: WSGIEnvironment,
+    render: Callable[[S, bool], bytes],
+    starting: str,
+) -> Answer:
+    """A page, rendered once per snapshot (``?refresh=off``: one that does not refresh itself);
+    before the first snapshot, one that says so and asks again."""
+    if snap is None:
+        return Answer("200 OK", render_starting(starting), HTML)
+    refresh = parse_qs(environ.get("QUERY_STRING", "")).get("refresh") != ["off"]
+    name = "page" if refresh else "page, not refreshing"
+    return Answer("200 OK", cache.body(snap, name, lambda: render(snap, refresh)), HTML)
+
+
 def pretty_json(document: dict[str, object]) -> bytes:
     """A JSON document as every endpoint sends it."""
     return (json.dumps(document, indent=2) + "\n").encode("utf-8")
@@ -148,11 +181,11 @@ def metrics_answer(
 
 class WsgiApp(Generic[S]):
     """Exact routes over the state a loop last published (``None`` before the first), GET and
-    HEAD only, and the security headers on every answer."""
+    HEAD only, and the security headers on every answer; the pages' style sheet and favicon."""
 
     def __init__(self, state: Callable[[], S | None], routes: Mapping[str, Route[S]]) -> None:
         self.state = state
-        self.routes = dict(routes)
+        self.routes: dict[str, Route[S]] = {**routes, **asset_routes()}
 
     def state_headers(self, state: S | None) -> Headers:
         """Headers every answer carries for this state (none here)."""
@@ -165,7 +198,7 @@ class WsgiApp(Generic[S]):
         state = self.state()  # once: the answer and its headers describe the same state
         if route is None:
             # Exact paths only: anything else, `..` included, names nothing here.
-            tries = ", ".join(path for path in self.routes if path != "/")
+            tries = ", ".join(p for p in self.routes if p != "/" and not p.startswith(_ASSETS))
             answer = text_answer("404 Not Found", f"not found: try {tries}\n")
         elif method not in METHODS:
             answer = text_answer(
@@ -181,9 +214,14 @@ class WsgiApp(Generic[S]):
                 ("Content-Type", answer.content_type),
                 ("Content-Length", str(len(answer.body))),
             )
-        headers = [*entity, *SECURITY_HEADERS, *self.state_headers(state), *answer.extra]
+        own = {name for name, _ in answer.extra}  # an answer's Cache-Control replaces no-store
+        security = [(name, value) for name, value in SECURITY_HEADERS if name not in own]
+        headers = [*entity, *security, *self.state_headers(state), *answer.extra]
         start_response(answer.status, headers)
         return [b""] if method == "HEAD" else [answer.body]
+
+
+_ASSETS = ("/static/", *FAVICON_PATHS)
 
 
 class App(WsgiApp[Snapshot]):
@@ -215,18 +253,10 @@ class App(WsgiApp[Snapshot]):
         )
 
     def index(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
-        """A placeholder page that links the endpoints (the real page comes later)."""
-        node = html.escape(snap.ledger.node.name if snap else "starting")
-        links = "".join(
-            f'<li><a href="{path}">{path}</a></li>'
-            for path in ("/ledger", "/findings", "/metrics", "/healthz")
+        """The node's page: every GPU at a glance (``views/page.py``)."""
+        return page_answer(
+            self.cache, snap, environ, render_node, "the first reconcile has not finished"
         )
-        page = (
-            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f"<title>gpuledger: {node}</title></head><body><h1>gpuledger: {node}</h1>"
-            f"<ul>{links}</ul></body></html>\n"
-        )
-        return Answer("200 OK", page.encode("utf-8"), "text/html; charset=utf-8")
 
     def ledger(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """The ledger document (README, "JSON contract"); its ETag leaves out ``at``."""

@@ -1,14 +1,13 @@
 """The fleet controller's HTTP endpoints, as a WSGI application over the latest sweep.
 
-``/fleet`` (the fleet document), ``/findings``, ``/metrics``, ``/healthz`` and a placeholder
-``/``, behind what every gpuledger endpoint shares (``web/app.py``: GET and HEAD only, the
+``/`` (the fleet's page), ``/fleet`` (the fleet document), ``/findings``, ``/metrics`` and
+``/healthz``, behind what every gpuledger endpoint shares (``web/app.py``: GET and HEAD only, the
 security headers on every answer). A request never reads a source; each body is rendered once
 per snapshot.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from gpuledger.controller.fleet_loop import FleetSnapshot
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
 from gpuledger.model.fleet import Fleet
 from gpuledger.views import fleet_metrics
+from gpuledger.views.fleet_page import render_fleet_page
 from gpuledger.web.app import (
     JSON,
     Answer,
@@ -24,6 +24,7 @@ from gpuledger.web.app import (
     WsgiApp,
     health_answer,
     metrics_answer,
+    page_answer,
     pretty_json,
     text_answer,
 )
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
 
 STARTING = "starting: the first sweep has not finished yet\n"
-PATHS = ("/fleet", "/findings", "/metrics", "/healthz")
 
 
 class FleetApp(WsgiApp[FleetSnapshot]):
@@ -55,15 +55,10 @@ class FleetApp(WsgiApp[FleetSnapshot]):
         )
 
     def index(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
-        """A placeholder page that links the endpoints."""
-        nodes = f"{len(snap.fleet.nodes)} nodes" if snap else "starting"
-        links = "".join(f'<li><a href="{p}">{p}</a></li>' for p in PATHS)
-        page = (
-            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f"<title>gpuledger fleet</title></head><body><h1>gpuledger fleet: "
-            f"{html.escape(nodes)}</h1><ul>{links}</ul></body></html>\n"
+        """The fleet's page: totals, nodes, jobs, findings (``views/fleet_page.py``)."""
+        return page_answer(
+            self.cache, snap, environ, render_fleet_page, "the first sweep has not finished"
         )
-        return Answer("200 OK", page.encode("utf-8"), "text/html; charset=utf-8")
 
     def fleet(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
         """The fleet document (README, "JSON contract")."""

@@ -1,0 +1,69 @@
+"""Debian's Chromium, driven by Playwright without a browser download, for the tests of what
+people look at (the report's file, the node's and the fleet's pages).
+
+``browser()`` launches it for a test module (a skip, or a failure under CI, when Chromium or
+Playwright is missing); ``watch`` records what a page did while it loaded: console errors
+(Content-Security-Policy violations among them), requests and dialogs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtimes import missing
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update"]  # fmt: skip
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+REGEN = os.environ.get("GPULEDGER_REGEN_SCREENSHOTS") == "1"
+"""Write the README's screenshots into docs/ (they are made by the tests, never by hand)."""
+
+
+def browser() -> Iterator[Any]:
+    """Chromium for one module (use as a generator fixture)."""
+    if not Path(CHROMIUM).exists():
+        missing(f"{CHROMIUM} not found: apt-get install chromium")
+    try:
+        from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    except ImportError:
+        missing("playwright not installed: pip install -e '.[test]'")
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
+
+
+@dataclass
+class Visit:
+    """What the browser saw while it showed one page."""
+
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+    navigations: int = 0
+
+    @property
+    def csp_violations(self) -> list[str]:
+        """The console's reports of what the Content-Security-Policy refused."""
+        return [e for e in self.errors if "Content Security Policy" in e]
+
+
+def watch(page: Any) -> Visit:
+    """Record ``page``'s console errors, uncaught errors, requests, dialogs and loads."""
+    visit = Visit()
+    page.on("console", lambda m: visit.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: visit.errors.append(str(e)))
+    page.on("request", lambda r: visit.requests.append(r.url))
+    page.on("dialog", lambda d: (visit.dialogs.append(d.message), d.dismiss()))
+
+    def navigated(frame: Any) -> None:
+        if frame == page.main_frame:
+            visit.navigations += 1
+
+    page.on("framenavigated", navigated)
+    return visit

@@ -1,0 +1,300 @@
+"""The node's page (``/`` of ``gpuledger serve``): every GPU at a glance.
+
+A header (the node, its Nomad node id, the sources and their health, the last tick, the worst
+level), a card per GPU (its state as a word and a colour, since when, utilisation, memory,
+temperature and thermal margin, encoder sessions, who reserved it, who holds it, and its last
+day as a strip), MIG cards with a card per instance, and the findings, worst first. Rendered by
+Jinja2 from the packaged templates (``views/html.py``); no script, no inline style.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gpuledger.controller.history import Trail
+from gpuledger.controller.loop import Snapshot
+from gpuledger.model import (
+    AllocRef,
+    Finding,
+    GpuState,
+    Ledger,
+    LedgerGpu,
+    LedgerInstance,
+    LedgerUnit,
+    SourceName,
+    SourceStatus,
+    Tenant,
+)
+from gpuledger.views.html import When, environment, frame, mib, when
+from gpuledger.views.strip import Segment, segments
+
+STARTING_REFRESH_S = 2
+"""How often the page asks again before the first tick has finished."""
+ENDPOINTS = ("ledger", "findings", "metrics", "healthz")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """An allocation as the page names it: namespace / job / task, and its short id."""
+
+    path: str
+    alloc: str
+    alloc_id: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TenantRow:
+    """One process on a GPU."""
+
+    pid: int
+    process: str
+    command: str | None
+    container: str | None
+    owner: Owner | None
+    memory: str
+    verdict: str
+    why: str | None
+
+
+@dataclass(frozen=True)
+class UnitCard:
+    """A GPU, or a MIG instance of one: what its card on the page shows."""
+
+    anchor: str
+    title: str
+    label: str
+    """How the findings and the strip's description name it (``GPU 1 MIG 1g.18gb …``)."""
+    name: str | None
+    state: str
+    since: When | None
+    facts: tuple[tuple[str, str], ...]
+    reservation: Owner | None
+    tenants: tuple[TenantRow, ...]
+    strip: tuple[Segment, ...]
+    instances: tuple[UnitCard, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class FindingRow:
+    """One finding as the table shows it."""
+
+    level: str
+    code: str
+    unit: str
+    message: str
+    since: When | None
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """One source and its health this tick: ``ok``, ``off`` or ``failing``."""
+
+    name: str
+    health: str
+    error: str | None
+
+
+def owner(ref: AllocRef | None, note: str = "") -> Owner | None:
+    """An allocation reference as the page names it."""
+    if ref is None:
+        return None
+    path = " / ".join(part or "?" for part in (ref.namespace, ref.job, ref.task))
+    return Owner(path, ref.id[:8], ref.id, note)
+
+
+def tenant_row(t: Tenant) -> TenantRow:
+    """A tenant with its process, container, allocation and memory."""
+    container = f"{t.container.name} ({t.container.runtime})" if t.container else None
+    notes = [n for n, on in (("read from the container's name", t.alloc_from_name),
+                             ("hidden from this token", not t.alloc_visible)) if on]  # fmt: skip
+    return TenantRow(
+        pid=t.pid,
+        process=t.process or "[not found]",
+        command=t.command,
+        container=container,
+        owner=owner(t.alloc, "; ".join(notes)) if t.alloc else None,
+        memory=mib(t.used_memory_mib),
+        verdict=t.verdict.value,
+        why=t.reason.value if t.reason else None,
+    )
+
+
+def _percent(value: float | None, missing: str = "not reported") -> str:
+    return missing if value is None else f"{value:g} %"
+
+
+def _celsius(value: int | None) -> str:
+    return "not reported" if value is None else f"{value} °C"
+
+
+def _card_facts(lgpu: LedgerGpu) -> tuple[tuple[str, str], ...]:
+    gpu = lgpu.gpu
+    mig = lgpu.state is GpuState.MIG
+    margin = _celsius(gpu.thermal_margin_c)
+    if gpu.thermal_slowdown:
+        margin += ", slowing down"
+    encoder = "not reported" if gpu.encoder_sessions is None else str(gpu.encoder_sessions)
+    if gpu.encoder_sessions is not None and lgpu.encoder_cap is not None:
+        encoder += f" of {lgpu.encoder_cap}"
+    return (
+        (
+            "Utilisation",
+            _percent(gpu.utilization_percent, "not reported under MIG" if mig else "not reported"),
+        ),
+        ("Memory", mib(gpu.memory_used_mib, gpu.memory_total_mib)),
+        ("Temperature", _celsius(gpu.temperature_c)),
+        ("Thermal margin", margin),
+        ("Encoder sessions", encoder),
+    )
+
+
+def _since(unit: LedgerUnit, now: datetime) -> When | None:
+    return when(unit.state_since, now) if unit.state_since else None
+
+
+def _strip(trails: Mapping[str, Trail], uuid: str, now: datetime) -> tuple[Segment, ...]:
+    return tuple(segments(trails.get(uuid, ()), now))
+
+
+def _instance_card(linst: LedgerInstance, trails: Mapping[str, Trail], now: datetime) -> UnitCard:
+    i = linst.instance
+    ids = (
+        ""
+        if i.gpu_instance_id is None
+        else f" (GI {i.gpu_instance_id}, CI {i.compute_instance_id})"
+    )
+    anchor = f"gpu-{linst.card_index}-{i.gpu_instance_id}-{i.compute_instance_id}"
+    return UnitCard(
+        anchor=anchor if i.gpu_instance_id is not None else f"gpu-{linst.card_index}-{i.uuid}",
+        title=f"MIG {i.profile or '?'}{ids}",
+        label=linst.label,
+        name=i.uuid,
+        state=linst.state.value,
+        since=_since(linst, now),
+        facts=(("Memory of its GPU instance", mib(i.memory_used_mib, i.memory_total_mib)),),
+        reservation=owner(linst.reservation),
+        tenants=tuple(tenant_row(t) for t in linst.tenants),
+        strip=_strip(trails, linst.uuid, now),
+    )
+
+
+def _mig_note(lgpu: LedgerGpu) -> str | None:
+    gpu = lgpu.gpu
+    if gpu.mig_pending is None or gpu.mig_pending == gpu.mig_enabled:
+        return None
+    return f"MIG is turned {'on' if gpu.mig_pending else 'off'} at the card's next reset."
+
+
+def gpu_card(lgpu: LedgerGpu, trails: Mapping[str, Trail], now: datetime) -> UnitCard:
+    """A GPU's card, its MIG instances' cards inside."""
+    return UnitCard(
+        anchor=f"gpu-{lgpu.gpu.index}",
+        title=f"GPU {lgpu.gpu.index}",
+        label=lgpu.label,
+        name=lgpu.gpu.name,
+        state=lgpu.state.value,
+        since=_since(lgpu, now),
+        facts=_card_facts(lgpu),
+        reservation=owner(lgpu.reservation),
+        tenants=tuple(tenant_row(t) for t in lgpu.tenants),
+        strip=_strip(trails, lgpu.uuid, now),
+        instances=tuple(_instance_card(i, trails, now) for i in lgpu.instances),
+        note=_mig_note(lgpu),
+    )
+
+
+def _gpu_of(ledger: Ledger) -> Callable[[Finding], str]:
+    """A finding's GPU or MIG instance as the page names it (``GPU 1 MIG 1g.18gb …``)."""
+    labels = {unit.uuid: unit.label for unit in ledger.units()}
+    return lambda f: labels.get(f.gpu, f.gpu) if f.gpu else "-"
+
+
+def finding_rows(
+    findings: Iterable[Finding], where: Callable[[Finding], str], now: datetime
+) -> list[FindingRow]:
+    """The findings as the table shows them, in their order (worst first); ``where`` names
+    what each is about (its GPU on the node's page, its node on the fleet's)."""
+    return [
+        FindingRow(
+            level=f.level.name,
+            code=f.code.value,
+            unit=where(f),
+            message=f.message,
+            since=when(f.since, now) if f.since else None,
+        )
+        for f in findings
+    ]
+
+
+def source_rows(sources: Mapping[SourceName, SourceStatus]) -> list[SourceRow]:
+    """Each source and its health, in the order they are read."""
+    rows = []
+    for name in SourceName:
+        status = sources.get(name)
+        if status is None:
+            continue
+        health = "failing" if status.failing else "ok" if status.enabled else "off"
+        error = status.error if not status.hint else f"{status.error} ({status.hint})"
+        rows.append(SourceRow(name.value, health, error if status.failing else None))
+    return rows
+
+
+def state_counts(units: Iterable[LedgerUnit]) -> list[tuple[str, int]]:
+    """How many GPUs and MIG instances are in each state, in the states' order, zeros left out."""
+    counts = dict.fromkeys(GpuState, 0)
+    for unit in units:
+        counts[unit.state] += 1
+    return [(state.value, n) for state, n in counts.items() if n]
+
+
+def refresh_seconds(interval: timedelta | None) -> int:
+    """The page's own refresh: the loop's interval, in whole seconds (at least one)."""
+    if interval is None:
+        return STARTING_REFRESH_S
+    return max(1, math.ceil(interval.total_seconds()))
+
+
+def render_node(snap: Snapshot, refresh: bool = True) -> bytes:
+    """The node's page for one snapshot; ``refresh``: it asks again every interval."""
+    ledger = snap.ledger
+    now = ledger.at
+    trails = snap.history.trails
+    every = refresh_seconds(snap.interval)
+    page = (
+        environment()
+        .get_template("node.html.j2")
+        .render(
+            **frame(every if refresh else None),
+            every=every,
+            node=ledger.node,
+            worst=ledger.worst.name,
+            at=when(now, now),
+            interval=snap.interval.total_seconds(),
+            duration=snap.duration_s,
+            sources=source_rows(ledger.sources),
+            history_error=snap.history_error,
+            counts=state_counts(ledger.units()),
+            cards=[gpu_card(lgpu, trails, now) for lgpu in ledger.gpus],
+            findings=finding_rows(ledger.findings, _gpu_of(ledger), now),
+            endpoints=ENDPOINTS,
+        )
+    )
+    return page.encode("utf-8")
+
+
+def render_starting(what: str) -> bytes:
+    """The page before the first tick (or sweep) has finished: it says so and asks again."""
+    page = (
+        environment()
+        .get_template("starting.html.j2")
+        .render(
+            **frame(STARTING_REFRESH_S),
+            what=what,
+        )
+    )
+    return page.encode("utf-8")
