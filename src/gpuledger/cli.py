@@ -16,18 +16,15 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from gpuledger import __version__
 from gpuledger._build import COMMIT
-from gpuledger.collectors.consul import ConsulSettings, consul_settings_from_env, with_flags
-from gpuledger.collectors.ledgers import check_target, read_targets_file
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
 from gpuledger.collectors.prometheus import PrometheusSettings, read_basic_auth
 from gpuledger.collectors.prometheus import check_url as check_prometheus_url
 from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.collectors.tls import TlsSettings
-from gpuledger.commands.fleet import Discover, FleetOptions
 from gpuledger.controller import history_file
 from gpuledger.controller.clock import SystemClock
 from gpuledger.controller.fleet import Shard
@@ -47,6 +44,11 @@ from gpuledger.policy.load import (
     policy_warnings,
 )
 from gpuledger.policy.rules import Policy
+
+if TYPE_CHECKING:
+    # The fleet's clients load aiohttp and py-consul (24 MiB): only a fleet command imports them.
+    from gpuledger.collectors.consul import ConsulSettings
+    from gpuledger.commands.fleet import FleetOptions
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -803,6 +805,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _targets(args: argparse.Namespace) -> tuple[str, ...]:
+    from gpuledger.collectors.ledgers import check_target, read_targets_file  # noqa: PLC0415
+
     if args.targets_file is not None:
         return tuple(read_targets_file(args.targets_file))
     if args.targets is None:
@@ -814,6 +818,8 @@ def _targets(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _consul_settings(args: argparse.Namespace) -> ConsulSettings | None:
+    from gpuledger.collectors.consul import consul_settings_from_env, with_flags  # noqa: PLC0415
+
     if args.consul is None:
         return None
     verify = args.consul_ssl_verify
@@ -834,6 +840,8 @@ def _consul_settings(args: argparse.Namespace) -> ConsulSettings | None:
 
 def fleet_options(args: argparse.Namespace) -> FleetOptions:
     """The fleet's sources the flags name; ``UsageError`` for a value that cannot be used."""
+    from gpuledger.commands.fleet import Discover, FleetOptions  # noqa: PLC0415
+
     discover = Discover(
         targets=_targets(args),
         consul=_consul_settings(args),
