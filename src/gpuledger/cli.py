@@ -21,20 +21,15 @@ from typing import TYPE_CHECKING, TextIO
 from gpuledger import __version__
 from gpuledger._build import COMMIT
 from gpuledger.collectors.nomad import NomadSettings, settings_from_env
-from gpuledger.collectors.prometheus import PrometheusSettings, read_basic_auth
-from gpuledger.collectors.prometheus import check_url as check_prometheus_url
 from gpuledger.collectors.runtimes import check_url, default_socket
-from gpuledger.collectors.tls import TlsSettings
 from gpuledger.controller import history_file
 from gpuledger.controller.clock import SystemClock
-from gpuledger.controller.fleet import Shard
 from gpuledger.controller.history import History
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import ConfigError, HistoryCorruptError, PolicyError, UsageError
 from gpuledger.model import Ledger, Level
 from gpuledger.model.contract import findings_doc, iso_time, ledger_doc
-from gpuledger.model.report import By, Window
 from gpuledger.model.text import excerpt
 from gpuledger.policy.load import (
     default_policy,
@@ -48,7 +43,10 @@ from gpuledger.policy.rules import Policy
 if TYPE_CHECKING:
     # The fleet's clients load aiohttp and py-consul (24 MiB): only a fleet command imports them.
     from gpuledger.collectors.consul import ConsulSettings
+    from gpuledger.collectors.prometheus import PrometheusSettings
     from gpuledger.commands.fleet import FleetOptions
+    from gpuledger.controller.fleet import Shard
+    from gpuledger.model.report import Window
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -290,6 +288,8 @@ def _positive(text: str) -> int:
 
 
 def _shard(text: str) -> Shard:
+    from gpuledger.controller.fleet import Shard  # noqa: PLC0415
+
     try:
         return Shard.parse(text)
     except ValueError as exc:
@@ -840,6 +840,7 @@ def _consul_settings(args: argparse.Namespace) -> ConsulSettings | None:
 
 def fleet_options(args: argparse.Namespace) -> FleetOptions:
     """The fleet's sources the flags name; ``UsageError`` for a value that cannot be used."""
+    from gpuledger.collectors.tls import TlsSettings  # noqa: PLC0415
     from gpuledger.commands.fleet import Discover, FleetOptions  # noqa: PLC0415
 
     discover = Discover(
@@ -894,6 +895,8 @@ def cmd_render(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _report_window(args: argparse.Namespace) -> Window:
+    from gpuledger.model.report import Window  # noqa: PLC0415
+
     now = SystemClock().now()
     until: datetime = args.until or now.replace(microsecond=0)
     if until > now:
@@ -909,6 +912,12 @@ def _report_window(args: argparse.Namespace) -> Window:
 
 
 def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings:
+    from gpuledger.collectors.prometheus import (  # noqa: PLC0415
+        PrometheusSettings,
+        read_basic_auth,
+    )
+    from gpuledger.collectors.prometheus import check_url as check_prometheus_url  # noqa: PLC0415
+
     token = None
     if args.prometheus_token_env is not None:
         if args.prometheus_basic_auth_file is not None:
@@ -934,6 +943,7 @@ def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings:
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger report``."""
     from gpuledger.commands.report import ReportOptions, run_report  # noqa: PLC0415
+    from gpuledger.model.report import By  # noqa: PLC0415
 
     if args.json and args.by != "job":
         raise UsageError(

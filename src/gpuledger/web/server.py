@@ -31,12 +31,12 @@ from waitress.task import ErrorTask
 
 from gpuledger.errors import ConfigError
 from gpuledger.web.app import SECURITY_HEADERS
-from gpuledger.web.auth import BasicAuth
-from gpuledger.web.tls import TlsFront
-from gpuledger.web.webconfig import WebConfig, load_web_config
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
+
+    from gpuledger.web.tls import TlsFront
+    from gpuledger.web.webconfig import WebConfig
 
 __all__ = ["Limits", "Server", "bind", "urls"]
 
@@ -129,9 +129,15 @@ def bind(
     """
     limits = limits or Limits()
     host, port = _parse_listen(listen)
-    config = load_web_config(web_config) if web_config is not None else None
+    if web_config is None:
+        # Without --web-config, neither bcrypt nor the TLS front is loaded.
+        return Server(_waitress(app, limits, listen, listen=f"{host or '*'}:{port}"), None, None)
+    from gpuledger.web.tls import TlsFront  # noqa: PLC0415
+    from gpuledger.web.webconfig import load_web_config  # noqa: PLC0415
+
+    config = load_web_config(web_config)
     wrapped = _wrap(app, config)
-    if config is None or config.tls is None:
+    if config.tls is None:
         server = _waitress(wrapped, limits, listen, listen=f"{host or '*'}:{port}")
         return Server(server, None, None)
     private = Path(tempfile.mkdtemp(prefix="gl-web-", dir="/tmp"))
@@ -161,10 +167,12 @@ def _parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _wrap(app: WSGIApplication, config: WebConfig | None) -> WSGIApplication:
+def _wrap(app: WSGIApplication, config: WebConfig) -> WSGIApplication:
     """``app`` behind the web config's basic auth and headers, when it has any."""
-    if config is None or not (config.users or config.headers):
+    if not (config.users or config.headers):
         return app
+    from gpuledger.web.auth import BasicAuth  # noqa: PLC0415
+
     return BasicAuth(app, config.users, config.headers)
 
 
