@@ -14,6 +14,7 @@ is the fleet loop's to judge.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import ssl
 from collections.abc import Callable, Sequence
@@ -187,10 +188,11 @@ class LedgerReader:
         failed = tls_failure(err, self.tls, NODE_TLS, TlsPeer("the controller", host))
         if failed is not None:
             return f"{failed[0]} ({failed[1]})"
-        if isinstance(err, aiohttp.ServerDisconnectedError):
+        if isinstance(err, aiohttp.ServerDisconnectedError) or _reset(err):
             if url.startswith("https://"):
                 # Under TLS 1.3 a refused client certificate is told after the handshake: the
-                # client sees the connection close.
+                # client sees the connection close, or be reset when the server closes it
+                # with the client's request unread.
                 cert = self.tls.client_cert
                 given = f"the client certificate {cert}" if cert else "no client certificate"
                 return (
@@ -207,6 +209,13 @@ class LedgerReader:
             os_error = err.os_error
             return f"is unreachable ({os.strerror(os_error.errno) if os_error.errno else os_error})"
         return f"is unreachable ({err or type(err).__name__})"
+
+
+def _reset(err: BaseException) -> bool:
+    """Whether the server reset the connection (aiohttp's ``ClientOSError`` or the bare one)."""
+    return isinstance(err, ConnectionResetError) or (
+        isinstance(err, OSError) and err.errno == errno.ECONNRESET
+    )
 
 
 async def _body(response: aiohttp.ClientResponse) -> tuple[bytes, str | None]:
