@@ -278,6 +278,7 @@ def test_no_write_while_nothing_changes(world: World, start: Callable[..., Serve
     assert serve.events("source.read_failed") == []  # nothing changed in those ticks
     assert writes(nomad) == 1
     assert len(serve.events("node_meta.published")) == 1
+
     # Each step still reads what Nomad holds, at most once a tick. The step runs in its own
     # thread after its tick's snapshot is out, so the last tick's read may still be on its way.
     def reads() -> int:

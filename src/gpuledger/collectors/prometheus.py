@@ -150,12 +150,18 @@ class PrometheusClient:
                 "API: check the URL and its path prefix (the API is at <URL>/api/v1/query)",
             )
         if doc["status"] == "error":
-            kind = doc.get("errorType", "error")
-            what = "the query timed out" if kind == "timeout" else f"{kind}"
+            kind, error = doc.get("errorType", "error"), str(doc.get("error", "no message"))
+            # Prometheus answers 503 "timeout" for a deadline the query engine notices, and 422
+            # "execution" for one the storage hits first ("expanding series: context deadline
+            # exceeded"): its API maps only the engine's ErrQueryTimeout to "timeout".
+            timeout = kind == "timeout" or (
+                kind == "execution" and "context deadline exceeded" in error
+            )
+            what = "the query timed out" if timeout else f"{kind}"
             raise SourceError(
                 SOURCE,
-                f"{self._shown} answered {status}: {what}: {doc.get('error', 'no message')}"
-                + (" (raise --timeout, or shorten --since)" if kind == "timeout" else ""),
+                f"{self._shown} answered {status}: {what}: {error}"
+                + (" (raise --timeout, or shorten --since)" if timeout else ""),
             )
         warnings = doc.get("warnings")
         if warnings:
