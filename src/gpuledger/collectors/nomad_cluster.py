@@ -8,6 +8,7 @@ python-nomad endpoint is made for it, so the session, token and errors stay the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -18,6 +19,21 @@ from gpuledger.collectors.nomad import Call, NomadReader, NomadSettings
 from gpuledger.model.fleet import ClusterNode, Target
 
 NODE_READ_HINT = 'grant the token node { policy = "read" }'
+
+_READ = frozenset(
+    {"ID", "Name", "Status", "SchedulingEligibility", "Drain", "NodeResources", "Devices"}
+    | {"Vendor", "Type", "Instances"}
+)
+"""The keys of ``/v1/nodes?resources=true`` that ``_cluster_node`` reads, at any depth."""
+_NOTHING: Mapping[str, Any] = {}
+
+
+def _read_keys(pairs: list[tuple[str, Any]]) -> Mapping[str, Any]:
+    """An object of the node list, cut to the keys read as it is decoded: 10,000 nodes are a
+    17 MB answer whose every object kept (attributes, drivers, networks, host volumes) cost
+    about 110 MiB at the peak and left 78 MiB behind; cut, they cost a few."""
+    kept = {key: value for key, value in pairs if key in _READ}
+    return kept or _NOTHING
 
 
 class _Service(Requester):  # type: ignore[misc]
@@ -68,7 +84,13 @@ class NomadCluster(NomadReader):
         """Every node Nomad knows, with how many NVIDIA GPUs it fingerprinted."""
         self._refresh_token()
         call = Call("/v1/nodes?resources=true", "node:read", NODE_READ_HINT)
-        stubs = self._call(call, lambda: self._nodes.get_nodes(resources=True))
+        stubs = self._call(
+            call,
+            lambda: json.loads(
+                self._nodes.request(method="get", params={"resources": True}).content,
+                object_pairs_hook=_read_keys,
+            ),
+        )
         if not isinstance(stubs, list):
             raise self._error(f"GET {call.path} answered no list", "check the Nomad version")
         try:
