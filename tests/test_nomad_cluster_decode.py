@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import FIXTURES
 from gpuledger.collectors.nomad_cluster import _cluster_node, _read_keys
 
-NODE: dict[str, Any] = json.loads((FIXTURES / "nomad" / "node.json").read_text())
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nomad"
+NODE: dict[str, Any] = json.loads((FIXTURES / "node.json").read_text())
 
 
 def as_gpus(node: dict[str, Any]) -> dict[str, Any]:
