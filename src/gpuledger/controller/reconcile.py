@@ -166,7 +166,7 @@ class JoinMemo:
     def container_claim(self, container: Container) -> Claim:
         """The claim a container makes: its name and labels are fixed at creation."""
         key = (container.id, container.name, container.runtime)
-        claim = self._containers.get(key)
+        claim = self._containers.recent(key) or self._containers.get(key)
         if claim is None:
             alloc_id, task, from_name = alloc_of(container)
             claim = self._containers.put(key, Claim(alloc_id, task, from_name, container))
@@ -175,7 +175,8 @@ class JoinMemo:
     def task_claim(self, alloc_id: str | None, task: str | None) -> Claim:
         """An exec task's claim: its allocation and task, from its cgroup path."""
         key = (alloc_id, task)
-        return self._tasks.get(key) or self._tasks.put(key, Claim(alloc_id, task))
+        tasks = self._tasks
+        return tasks.recent(key) or tasks.get(key) or tasks.put(key, Claim(alloc_id, task))
 
     def encoder_cap(self, name: str, driver_version: str | None) -> int | None:
         """The card's published NVENC session cap (``model.cards``), remembered."""
@@ -236,7 +237,11 @@ def reconcile(
         sources=sources,
         gpus=gpus,
         missing=join.missing(gpus) if view is not None else (),
-        unlisted=tuple(p for p in reading.processes if p.gpu_uuid not in listed),
+        unlisted=(
+            ()
+            if by_gpu.keys() <= listed
+            else tuple(p for p in reading.processes if p.gpu_uuid not in listed)
+        ),
     )
 
 
@@ -367,6 +372,8 @@ class _Join:
     def missing(self, gpus: tuple[LedgerGpu, ...]) -> tuple[MissingDevice, ...]:
         """The devices reserved here that the driver does not list, by UUID."""
         listed = {lgpu.uuid for lgpu in gpus} | {i.uuid for lgpu in gpus for i in lgpu.instances}
+        if self.reserved.keys() <= listed:
+            return ()  # the common case: every reserved device is listed
         tied = {
             (lgpu.gpu.uuid, i.instance.gpu_instance_id, i.instance.compute_instance_id)
             for lgpu in gpus
@@ -393,19 +400,24 @@ class _Join:
         GPU's reservation, its name and argv), and only its PID and memory are new.
         """
         reservation_id = reservation.id if reservation else None
-        processes, facts_of, commands = self.observed.processes, self.memo.facts, self.commands
+        processes, commands, claim_of = self.observed.processes, self.commands, self.claim
+        facts_of = self.memo.facts
+        recent = facts_of.recent  # a plain dict's get: the first look costs no Python call
         found = []
         for proc in procs:
-            info = processes.get(proc.pid)
-            claim = self.claim(proc.pid, info)
+            pid = proc.pid
+            info = processes.get(pid)
+            claim = claim_of(pid, info)
             if claim is None:
                 continue
             argv = info.argv if info is not None else None
             key = (claim, reservation_id, unplaced, proc.process_name, argv, commands)
-            facts = facts_of.get(key) or facts_of.put(
-                key, self._facts(reservation, claim, unplaced, proc, argv)
+            facts = (
+                recent(key)
+                or facts_of.get(key)
+                or facts_of.put(key, self._facts(reservation, claim, unplaced, proc, argv))
             )
-            found.append(Tenant(proc.pid, proc.used_memory_mib, facts))
+            found.append(Tenant(pid, proc.used_memory_mib, facts))
         found.sort(key=_BY_PID)
         return tuple(found)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -34,7 +34,8 @@ from gpuledger.model import (
 from gpuledger.model.memo import TwoTicks
 from gpuledger.policy.rules import Policy, Rule
 
-_OWN = Verdict.OWN  # bound once: an enum lookup costs ~0.1 us on Python 3.11, per tenant
+# Bound once: an enum member lookup costs ~0.1 µs on Python 3.11, per tenant.
+_OWN, _UNRESERVED, _UNMANAGED = Verdict.OWN, Verdict.UNRESERVED, Verdict.UNMANAGED
 
 _RUNTIME_FLAGS = {
     Reason.DOCKER_UNREAD: "--docker unix:///var/run/docker.sock (or its URL)",
@@ -165,7 +166,8 @@ class _Plan:
     owner: str
     head: str
     tail: str
-    subject: Mapping[str, str | int | None]
+    subject: dict[str, str | int | None]
+    """The finding's subject with ``pid`` first, as ``None``: a copy takes the PID."""
     key: tuple[str, str | None, str]
     """The identity of the finding it plans."""
 
@@ -179,7 +181,8 @@ class _Plan:
         head = f"{facts.process or 'a process'} (pid "
         gpu, owner = unit.uuid, facts.owner
         key = (code.value, gpu, owner)
-        return cls(code, rule.level, gpu, owner, head, f"){what}", _facts_subject(facts), key)
+        subject = {"pid": None, **_facts_subject(facts)}
+        return cls(code, rule.level, gpu, owner, head, f"){what}", subject, key)
 
 
 class JudgeMemo:
@@ -189,7 +192,8 @@ class JudgeMemo:
     say."""
 
     def __init__(self) -> None:
-        self.plans: TwoTicks[tuple[int, str, str], tuple[TenantFacts, _Plan | None]] = TwoTicks()
+        self.plans: TwoTicks[tuple[int, tuple[str, str]], tuple[TenantFacts, _Plan | None]]
+        self.plans = TwoTicks()
         self._policy: Policy | None = None
         self._node: str | None = None
 
@@ -261,17 +265,23 @@ class _Judge:
     def unit(self, unit: LedgerUnit) -> Iterator[Finding]:
         """The findings of a GPU or of a MIG instance: its tenants, its idle reservation."""
         judged: set[tuple[Verdict, Reason | None, str]] = set()
+        place: tuple[str, str] | None = None
         for tenant in unit.tenants:
             facts = tenant.facts
-            if facts.verdict is _OWN:
+            verdict = facts.verdict
+            if verdict is _OWN:
                 continue  # a process of the allocation that reserved the GPU: nothing to say
             # Processes of one task (or container, or source) are one finding: the first,
             # lowest PID speaks for them, and the others cost nothing.
-            mark = (facts.verdict, facts.reason, facts.owner)
+            mark = (verdict, facts.reason, facts.owner)
             if mark in judged:
                 continue
             judged.add(mark)
-            found = self.tenant(unit, tenant)
+            if verdict is _UNRESERVED or verdict is _UNMANAGED:
+                place = place or (unit.uuid, unit.label)
+                found = self.planned(unit, place, tenant)
+            else:
+                found = self.tenant(unit, tenant)
             if found:
                 yield found
         for check in (self.reserved_idle, self.held_idle):
@@ -292,9 +302,8 @@ class _Judge:
         return self.policy.rule(code, self.node, namespace, job, profile)
 
     def tenant(self, unit: LedgerUnit, t: Tenant) -> Finding | None:
-        """The finding one tenant gives, by its verdict; ``None`` for nothing to say."""
-        if t.verdict is Verdict.UNRESERVED or t.verdict is Verdict.UNMANAGED:
-            return self.planned(unit, t)
+        """The finding a tenant neither unreserved nor unmanaged gives (those are ``planned``),
+        by its verdict; ``None`` for nothing to say."""
         if t.verdict is Verdict.HIDDEN:
             return self.hidden(unit, t)
         if t.verdict is Verdict.UNDECIDED and t.reason in _RUNTIME_FLAGS:
@@ -305,27 +314,31 @@ class _Judge:
         # source's own finding (or the GPU's unknown state) says it once.
         return None
 
-    def planned(self, unit: LedgerUnit, t: Tenant) -> Finding | None:
-        """The finding of an unreserved or unmanaged tenant, from its plan (remembered in the
-        memo while the tenant's facts and the policy hold): only its PID changes per tick."""
+    def planned(self, unit: LedgerUnit, place: tuple[str, str], t: Tenant) -> Finding | None:
+        """The finding of an unreserved or unmanaged tenant on ``unit`` (``place``: its UUID
+        and label), from its plan (remembered in the memo while the tenant's facts and the
+        policy hold): only its PID changes per tick."""
         facts = t.facts
         if self.memo is None:
             plan = self.plan(unit, facts)
         else:
-            key = (id(facts), unit.uuid, unit.label)
-            kept = self.memo.plans.get(key)
+            key = (id(facts), place)
+            plans = self.memo.plans
+            kept = plans.recent(key) or plans.get(key)
             if kept is None or kept[0] is not facts:
                 kept = self.memo.plans.put(key, (facts, self.plan(unit, facts)))
             plan = kept[1]
         if plan is None:
             return None
+        subject = plan.subject.copy()
+        subject["pid"] = t.pid
         return Finding(
             plan.code,
             plan.level,
             plan.gpu,
             self.node,
             f"{plan.head}{t.pid}{plan.tail}",
-            {"pid": t.pid, **plan.subject},
+            subject,
             self.since.findings.get(plan.key),
             plan.owner,
         )
@@ -441,8 +454,11 @@ class _Judge:
         )
 
     def held_idle(self, unit: LedgerUnit) -> Finding | None:
-        res, util = unit.reservation, unit.utilization_percent
-        if unit.state is not GpuState.HELD or res is None or util is None:
+        res = unit.reservation
+        if unit.state is not GpuState.HELD or res is None:
+            return None
+        util = unit.utilization_percent
+        if util is None:
             return None
         if util >= self.rule(Code.HELD_IDLE, res.namespace, res.job, unit.profile).below_percent:
             return None
@@ -534,8 +550,8 @@ class _Judge:
 
     def encoder(self, lgpu: LedgerGpu) -> Finding | None:
         gpu, res = lgpu.gpu, lgpu.reservation
-        if gpu.encoder_sessions is None:
-            return None
+        if not gpu.encoder_sessions:
+            return None  # unknown, or none: no cap is below one session (the schema's minimum)
         rule = self.rule(
             Code.ENCODER_SATURATED, res.namespace if res else None, res.job if res else None
         )
