@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mypy import api as mypy_api
 
 from gpuledger.controller.reconcile import Desired, JoinMemo, Observed, reconcile
 from gpuledger.model import (
@@ -221,3 +223,27 @@ def test_two_ticks_keeps_what_recent_ticks_used() -> None:
     cache.clear()
     assert cache.recent("a") is None
     assert cache.get("a") is None
+
+
+def test_the_value_types_built_every_tick_are_frozen_to_the_type_checker(
+    tmp_path: Path,
+) -> None:
+    """``Tenant``, ``LedgerGpu`` and ``Finding`` are not frozen at run time (for speed): mypy,
+    run strict on ``src/``, is what keeps them unchanged once built."""
+    snippet = tmp_path / "change.py"
+    snippet.write_text(
+        "from gpuledger.model import Finding, LedgerGpu, Tenant\n"
+        "def change(t: Tenant, g: LedgerGpu, f: Finding) -> int:\n"
+        "    t.pid = 5\n"
+        "    g.tenants = ()\n"
+        '    f.message = "changed"\n'
+        "    return t.pid + len(g.tenants) + len(f.message)\n"
+    )
+    config = Path(__file__).parents[1] / "pyproject.toml"  # the project's own settings
+    out, err, status = mypy_api.run(
+        ["--config-file", str(config), "--cache-dir", str(tmp_path / "cache"), str(snippet)]
+    )
+    assert status == 1, out + err
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert [line.split(":")[1] for line in errors] == ["3", "4", "5"], out
+    assert all("is read-only" in line for line in errors), out

@@ -1,8 +1,10 @@
 """Value types of the ledger (ARCHITECTURE.md, "Vocabulary").
 
-Everything here is a frozen dataclass or an enum: collectors produce these values, the pure
-``reconcile`` and ``policy.evaluate`` functions combine them, and the outputs render them. This
-module imports nothing of gpuledger's own, so every layer may depend on it.
+Everything here is an enum or a dataclass that is never changed once built: frozen, or — for
+the three built for every process on every tick (``Tenant``, ``LedgerGpu``, ``Finding``) —
+frozen to the type checker only (``built_per_tick``). Collectors produce these values, the
+pure ``reconcile`` and ``policy.evaluate`` functions combine them, and the outputs render them.
+This module imports nothing of gpuledger's own, so every layer may depend on it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,27 @@ import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:
+
+    def dataclass_transform(**_: Any) -> Any:  # for the type checker only (3.11+ has it)
+        return lambda decorator: decorator
+
+
+_V = TypeVar("_V")
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def built_per_tick(cls: type[_V]) -> type[_V]:
+    """A value type the join or the judge builds for every process on every tick: a slotted
+    dataclass, frozen to the type checker (mypy, strict on ``src/``, rejects an assignment to
+    a field) but not at run time, where a frozen dataclass sets each field through
+    ``object.__setattr__`` and costs about three times as much to build (ARCHITECTURE.md,
+    "Speed: what the loop remembers"; ``bench/`` figure (a))."""
+    return dataclass(slots=True)(cls)
 
 
 class Level(enum.IntEnum):
@@ -403,7 +425,7 @@ class TenantFacts:
         object.__setattr__(self, "owner", owner)
 
 
-@dataclass(frozen=True, slots=True)
+@built_per_tick
 class Tenant:
     """One process on one GPU, traced as far as the sources allow: its PID and memory, which
     change, and its facts, which do not while it lives."""
@@ -494,7 +516,7 @@ class LedgerInstance:
         return f"GPU {self.card_index} MIG {i.profile or '?'}{ids}"
 
 
-@dataclass(frozen=True, slots=True)
+@built_per_tick
 class LedgerGpu:
     """One GPU of the ledger: the driver's facts, its state, reservation and tenants.
 
@@ -554,7 +576,7 @@ class NodeInfo:
     version: str
 
 
-@dataclass(frozen=True, slots=True)
+@built_per_tick
 class Finding:
     """One drift, judged by the policy."""
 
