@@ -414,9 +414,11 @@ def test_the_html_page_goes_to_its_file_and_nothing_to_stdout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     page = tmp_path / "report.html"
+    # One window for both: with --until left to now, two runs a second apart differ.
+    window = ["--until", "2026-11-16T00:00:00Z"]
     with fake_prometheus() as prom:
-        code, out, err = run(["--prometheus", prom.url, "--html", str(page)], capsys)
-        dash_code, dash_out, _ = run(["--prometheus", prom.url, "--html", "-"], capsys)
+        code, out, err = run(["--prometheus", prom.url, *window, "--html", str(page)], capsys)
+        dash_code, dash_out, _ = run(["--prometheus", prom.url, *window, "--html", "-"], capsys)
     assert (code, out, err) == (0, "", "")
     assert page.read_text() == dash_out and dash_code == 0
     assert "research/notebook" in dash_out
