@@ -17,12 +17,15 @@ process's instance unknown — never guessed from memory sizes or order.
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from gpuledger.errors import SourceError
 from gpuledger.model import GpuProcess, MigInstance
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
 
 SOURCE = "gpu"
 _HINT = (
@@ -126,6 +129,10 @@ def _mib(element: ET.Element | None, path: str) -> int | None:
 
 def parse_query_xml(text: str) -> dict[str, XmlCard]:
     """Card UUID → its MIG devices and processes, from ``nvidia-smi -q -x``."""
+    # Only a card in MIG mode is asked for -q -x: other nodes never load the XML parser
+    # (0.5 MiB of a node controller's memory).
+    import xml.etree.ElementTree as ET  # noqa: PLC0415
+
     try:
         root = ET.fromstring(text)  # noqa: S314 - expat expands no external entity
     except (ET.ParseError, UnicodeError) as e:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
-from gpuledger.model.fleet import Fleet, FleetNode
-from gpuledger.model.report import Report, UseHours
 from gpuledger.model.values import (
     AllocRef,
     Finding,
@@ -28,6 +26,10 @@ from gpuledger.model.values import (
     NodeInfo,
     Tenant,
 )
+
+if TYPE_CHECKING:  # a node controller never builds the fleet's or the report's documents
+    from gpuledger.model.fleet import Fleet, FleetNode
+    from gpuledger.model.report import Report, UseHours
 
 SCHEMA = 1
 """The version of the JSON contract."""
