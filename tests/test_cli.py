@@ -466,9 +466,10 @@ def test_node_is_named_as_nomad_names_it(world: World) -> None:
 def test_a_node_controller_loads_none_of_the_fleets_or_reports_libraries() -> None:
     # What `gpuledger serve` imports stays a node's: the fleet's HTTP client and Consul
     # library (about 24 MiB), Jinja2 and jsonschema load only for the commands that use them,
-    # the XML parser only for a card in MIG mode, the fleet's and report's models never.
+    # the XML parser only for a card in MIG mode, difflib only for a policy with a mistake,
+    # the fleet's and report's models never.
     heavy = (
-        "aiohttp", "consul", "jinja2", "jsonschema", "xml.etree.ElementTree",
+        "aiohttp", "consul", "jinja2", "jsonschema", "xml.etree.ElementTree", "difflib",
         "gpuledger.model.fleet", "gpuledger.model.report",
     )  # fmt: skip
     code = (

@@ -9,7 +9,6 @@ a string, not a boolean (YAML 1.1's reading would turn ``level: off`` into ``fal
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -253,6 +252,8 @@ _TYPES = {
 def _unknown(path: JsonPath, key: str, allowed: list[str]) -> str:
     noun = "finding code" if path and path[-1] == "findings" else "key"
     what = f"unknown {noun} {excerpt(key)}; allowed: {', '.join(allowed) or 'none'}"
+    import difflib  # noqa: PLC0415 - only a policy with a mistake needs it (0.2 MiB)
+
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     return f"{what}; did you mean {close[0]!r}?" if close else what
 
