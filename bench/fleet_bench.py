@@ -142,7 +142,7 @@ def naive(targets: list[str]) -> dict[str, float]:
     """The same ledgers one after another over one keep-alive connection (no concurrency)."""
     from urllib.parse import urlsplit  # noqa: PLC0415
 
-    from gpuledger.controller.fleet import judge_ledger  # noqa: PLC0415
+    from gpuledger.core.fleet_join import judge_ledger  # noqa: PLC0415
     from gpuledger.model.contract_read import parse_ledger  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415
 

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import requests
 
-from gpuledger.controller.report import job_query, state_query
-from gpuledger.model.report import Window
+from gpuledger.core.report_queries import job_query, state_query
+from gpuledger.model.report_values import Window
 
 STEP, HOUR, DAY = 15, 3600, 86400
 WEEK = 7 * DAY

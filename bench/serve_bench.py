@@ -52,7 +52,7 @@ def node_like() -> None:
 
 def fake_node() -> Any:
     """An in-process node of 8 GPUs and 64 tenants, answering through the loop's guard."""
-    from gpuledger.controller.reconcile import Desired, Observed  # noqa: PLC0415
+    from gpuledger.core.node_join import Desired, Observed  # noqa: PLC0415
     from gpuledger.model import (  # noqa: PLC0415
         Allocation,
         Container,
@@ -212,8 +212,8 @@ def wait_for(port: int) -> None:
 
 def bench_tick_cpu(repeat: int = 500) -> dict[str, float]:
     """CPU seconds of one join + evaluation (and of the whole judged tick with its history)."""
-    from gpuledger.controller import history as hist  # noqa: PLC0415
-    from gpuledger.controller.reconcile import JoinMemo, reconcile  # noqa: PLC0415
+    from gpuledger.core import history as hist  # noqa: PLC0415
+    from gpuledger.core.node_join import JoinMemo, reconcile  # noqa: PLC0415
     from gpuledger.model import NodeInfo, Since  # noqa: PLC0415
     from gpuledger.policy.evaluate import JudgeMemo, evaluate  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415

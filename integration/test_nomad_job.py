@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import requests
 
-from gpuledger.commands.render.values import merged_values
+from gpuledger.commands.render.values_file import merged_values
 from gpuledger.controller import history_file
 from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.world import World, load_scenario

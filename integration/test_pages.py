@@ -30,8 +30,8 @@ import requests
 import browser as chromium
 from browser import DOCS, REGEN, Visit, watch
 from gpuledger.controller import history_file
-from gpuledger.controller.history import Change, GpuMark, History
 from gpuledger.model import GpuState
+from gpuledger.model.history_record import Change, GpuMark, History
 from gpuledger.sim.consul_api import FakeConsul
 from gpuledger.sim.fleet import FleetSim, SimNode, make_nodes, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad

@@ -26,7 +26,7 @@ import requests
 import yaml
 
 from gpuledger.commands.render.jobs import render_jobs
-from gpuledger.commands.render.values import merged_values
+from gpuledger.commands.render.values_file import merged_values
 from nomad_client import Node, interpolate
 from nomad_jobspec import job_file, the
 from runtimes import require_binary

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger import __version__
-from gpuledger.commands.render.values import merged_values
+from gpuledger.commands.render.values_file import merged_values
 from gpuledger.sim.world import World
 
 PYTHON = merged_values([])["artifact"]["python"]

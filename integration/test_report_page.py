@@ -20,8 +20,8 @@ import pytest
 
 import browser as chromium
 from browser import DOCS, REGEN, Visit, watch
-from gpuledger.model.report import By, NodeHours, Report, UseHours, Window
-from gpuledger.views.report import render_html
+from gpuledger.model.report_values import By, NodeHours, Report, UseHours, Window
+from gpuledger.views.report_formats import render_html
 from prometheus_server import PrometheusServer
 from report_fixtures import prometheus, report, week
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuledger.controller.reconcile import reconcile
+from gpuledger.core.node_join import reconcile
 from gpuledger.model import Code, GpuState, OwnerKind, ProcessOwner, Reason, Since, Verdict
 from gpuledger.model.cgroups import classify_cgroup
 from gpuledger.policy.evaluate import evaluate

@@ -8,10 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from gpuledger.controller import history as hist
-from gpuledger.controller.reconcile import Desired
+from gpuledger.core import history as hist
+from gpuledger.core.node_join import Desired
 from gpuledger.errors import PolicyError
 from gpuledger.model import Code, Finding, GpuProcess, GpuState, Ledger, Level, Since
+from gpuledger.model.history_record import History
 from gpuledger.policy.evaluate import evaluate
 from gpuledger.policy.load import default_policy, parse_policy
 from gpuledger.policy.rules import Policy
@@ -124,7 +125,7 @@ def test_policy_check_refuses_a_profile_on_a_card_code_and_an_unmatchable_profil
 def test_history_counts_each_instance_and_charges_its_job() -> None:
     ledger = drifting()
     interval = timedelta(seconds=15)
-    first = hist.advance(hist.History(), ledger, default_policy(), AT, interval)
+    first = hist.advance(History(), ledger, default_policy(), AT, interval)
     counted = hist.advance(first, ledger, default_policy(), AT + interval, interval)
     seconds = counted.state_seconds
     assert seconds[(M1, GpuState.HELD)] == 15
@@ -136,13 +137,13 @@ def test_history_counts_each_instance_and_charges_its_job() -> None:
 
 
 def test_judged_instances_carry_their_since() -> None:
-    judged = hist.judge_with(drifting(), default_policy(), hist.History(), AT, timedelta(15))
+    judged = hist.judge_with(drifting(), default_policy(), History(), AT, timedelta(15))
     assert {i.state_since for i in judged.ledger.gpus[1].instances} == {AT}
 
 
 def test_desired_unread_counts_instances_unknown() -> None:
     ledger = join(Desired(view=None), mig_node({}))
-    counted = hist.advance(hist.History(at=AT), ledger, default_policy(), AT, timedelta(15))
+    counted = hist.advance(History(at=AT), ledger, default_policy(), AT, timedelta(15))
     assert {s for (uuid, s) in counted.state_seconds if uuid.startswith("MIG-")} == {
         GpuState.UNKNOWN
     }

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpuledger.controller.fleet import (
+from gpuledger.core.fleet_join import (
     Discovery,
     Shard,
     date_findings,
@@ -27,7 +27,7 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
 )
-from gpuledger.model.fleet import ClusterNode, ControllerRead, Desired, NodeStatus
+from gpuledger.model.fleet_values import ClusterDesired, ClusterNode, ControllerRead, NodeStatus
 from gpuledger.policy.load import default_policy, parse_policy
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -59,7 +59,8 @@ def cluster(node_id: str, name: str, status: str = "ready", gpus: int = 2) -> Cl
 
 def fleet_of(*reads: ControllerRead, nodes: tuple[ClusterNode, ...] | None = (),
              discovery: Discovery = TARGETS, policy=POLICY):  # type: ignore[no-untyped-def]  # fmt: skip
-    desired = Desired(nodes, SourceStatus.up()) if nodes is not None else Desired(None)
+    up = SourceStatus.up()
+    desired = ClusterDesired(nodes, up) if nodes is not None else ClusterDesired(None)
     return reconcile_fleet(NOW, policy, desired, discovery, reads)
 
 
@@ -174,7 +175,7 @@ def test_without_nomad_controllers_are_reported_and_none_can_be_missing() -> Non
 
 
 def test_with_nomad_unread_no_node_is_called_missing() -> None:
-    desired = Desired(None, SourceStatus.failed("403 Permission denied"))
+    desired = ClusterDesired(None, SourceStatus.failed("403 Permission denied"))
     fleet = reconcile_fleet(NOW, POLICY, desired, TARGETS, [ok("http://x", ledger("x", A))])
     assert [n.name for n in fleet.nodes] == ["x"]
     (flag,) = fleet.findings
@@ -262,8 +263,8 @@ def test_fleet_findings_are_dated_from_when_the_fleet_first_saw_them() -> None:
     fleet = fleet_of(nodes=(cluster(A, "gpu-a"),))
     dated, opened = date_findings(fleet, {})
     assert dated.findings[0].since == NOW
-    later = reconcile_fleet(NOW + timedelta(minutes=5), POLICY, Desired((cluster(A, "gpu-a"),),
-                            SourceStatus.up()), TARGETS, [])  # fmt: skip
+    desired = ClusterDesired((cluster(A, "gpu-a"),), SourceStatus.up())
+    later = reconcile_fleet(NOW + timedelta(minutes=5), POLICY, desired, TARGETS, [])
     again, _ = date_findings(later, opened)
     assert again.findings[0].since == NOW
 
@@ -286,11 +287,11 @@ def test_n_shards_cover_every_row_exactly_once(count: int) -> None:
     reads = [ok(f"http://c{i}", ledger(f"gpu-{i:03d}", f"node-{i:03d}", gpu(0, GpuState.FREE)))
              for i in range(0, 60, 2)]  # fmt: skip
     reads.append(ControllerRead("http://stray", NodeStatus.UNREACHABLE, error="refused"))
-    whole = reconcile_fleet(NOW, POLICY, Desired(nodes, SourceStatus.up()), TARGETS, reads)
+    whole = reconcile_fleet(NOW, POLICY, ClusterDesired(nodes, SourceStatus.up()), TARGETS, reads)
     seen: list[tuple[str, str | None]] = []
     for k in range(count):
-        part = reconcile_fleet(NOW, POLICY, Desired(nodes, SourceStatus.up()), TARGETS, reads,
-                               Shard(k, count))  # fmt: skip
+        desired = ClusterDesired(nodes, SourceStatus.up())
+        part = reconcile_fleet(NOW, POLICY, desired, TARGETS, reads, Shard(k, count))
         seen.extend((n.name, n.url) for n in part.nodes)
     assert sorted(seen) == sorted((n.name, n.url) for n in whole.nodes)
     assert len(seen) == 61

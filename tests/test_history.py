@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from gpuledger.cli import read_history
-from gpuledger.controller import history as hist
 from gpuledger.controller import history_file
-from gpuledger.controller.history import History, judge_with
+from gpuledger.core import history as hist
+from gpuledger.core.history import judge_with
 from gpuledger.errors import ConfigError, HistoryCorruptError
 from gpuledger.model import (
     AllocRef,
@@ -33,6 +33,7 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
 )
+from gpuledger.model.history_record import History
 from gpuledger.policy.load import default_policy, parse_policy
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)

@@ -11,8 +11,8 @@ import pytest
 
 from gpuledger.cli import main
 from gpuledger.controller import history_file
-from gpuledger.controller.history import History
 from gpuledger.errors import HistoryCorruptError
+from gpuledger.model.history_record import History
 from test_loop import controller
 
 GOOD = {"schema": 1, "at": None, "intervalSeconds": 15, "gpus": [], "findings": []}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger.controller import history_file
-from gpuledger.controller.history import TRAIL_CAP, TRAIL_SPAN, Change, History, trim_trail
+from gpuledger.core.history import trim_trail
 from gpuledger.errors import HistoryCorruptError
 from gpuledger.model import (
     GpuState,
@@ -25,6 +25,7 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
 )
+from gpuledger.model.history_record import TRAIL_CAP, TRAIL_SPAN, Change, History
 from test_history import ALL_UP, NOMAD_DOWN, T0, TRAIN, A, B, gpu, ledger, run
 
 HELD, IDLE, UNKNOWN = GpuState.HELD, GpuState.RESERVED_IDLE, GpuState.UNKNOWN

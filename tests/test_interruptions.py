@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from gpuledger.controller import history_file
-from gpuledger.controller.history import JOB_RETIREMENT, History
-from gpuledger.controller.loop import Snapshot
 from gpuledger.model import AllocRef, GpuState, SourceName, SourceStatus
+from gpuledger.model.history_record import JOB_RETIREMENT, History
+from gpuledger.model.snapshots import Snapshot
 from gpuledger.views.metrics import render
 from test_history import (
     ALL_UP,

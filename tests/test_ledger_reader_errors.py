@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import aiohttp
 import pytest
 
+from gpuledger.collectors.client_tls import TlsSettings
 from gpuledger.collectors.ledgers import LedgerReader
-from gpuledger.collectors.tls import TlsSettings
 
 RESET = aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer")
 

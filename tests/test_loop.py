@@ -18,10 +18,10 @@ from typing import TypeVar
 import pytest
 from structlog.testing import capture_logs
 
-from gpuledger.controller.loop import NodeController, Snapshot, attempt_timeout
-from gpuledger.controller.node_meta import NodeMetaPublisher
-from gpuledger.controller.reconcile import Desired, Observed
+from gpuledger.controller.loop import NodeController, attempt_timeout
+from gpuledger.controller.meta_publisher import NodeMetaPublisher
 from gpuledger.controller.sources import Guard
+from gpuledger.core.node_join import Desired, Observed
 from gpuledger.errors import PolicyError, SourceError
 from gpuledger.model import (
     Allocation,
@@ -41,6 +41,7 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
 )
+from gpuledger.model.snapshots import Snapshot
 from gpuledger.policy.evaluate import source_unavailable
 from gpuledger.policy.load import default_policy, parse_policy
 from gpuledger.policy.rules import Policy

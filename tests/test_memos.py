@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mypy import api as mypy_api
 
-from gpuledger.controller.reconcile import Desired, JoinMemo, Observed, reconcile
+from gpuledger.core.node_join import Desired, JoinMemo, Observed, reconcile
 from gpuledger.model import (
     Allocation,
     AllocLookup,

@@ -13,8 +13,6 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from gpuledger import __version__
-from gpuledger.controller.history import GpuMark, History
-from gpuledger.controller.loop import Snapshot
 from gpuledger.model import (
     AllocRef,
     Code,
@@ -32,6 +30,8 @@ from gpuledger.model import (
     TenantFacts,
     Verdict,
 )
+from gpuledger.model.history_record import GpuMark, History
+from gpuledger.model.snapshots import Snapshot
 from gpuledger.views.metrics import SnapshotCollector, render
 
 AT = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)

@@ -1,5 +1,5 @@
-"""What ``serve --publish-node-meta`` publishes (pure, ``model/node_meta.py``) and when
-(``controller/node_meta.py``), the publisher driven step by step against the fake Nomad through
+"""What ``serve --publish-node-meta`` publishes (pure, ``model/meta_keys.py``) and when
+(``controller/meta_publisher.py``), the publisher driven step by step against the fake Nomad through
 the real client.
 
 Expected counts are worked out by hand from the states of each ledger below; the back-off
@@ -20,7 +20,7 @@ import pytest
 
 from gpuledger.collectors.nomad import NomadSettings
 from gpuledger.collectors.nomad_meta import NodeMetaClient
-from gpuledger.controller.node_meta import NodeMetaPublisher
+from gpuledger.controller.meta_publisher import NodeMetaPublisher
 from gpuledger.model import (
     Code,
     Finding,
@@ -35,7 +35,7 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
 )
-from gpuledger.model.node_meta import (
+from gpuledger.model.meta_keys import (
     CHANGED_AT,
     KEYS,
     OWNER,

@@ -18,9 +18,6 @@ from typing import Any
 
 import pytest
 
-from gpuledger.controller.fleet_loop import FleetSnapshot
-from gpuledger.controller.history import Change, History
-from gpuledger.controller.loop import Snapshot
 from gpuledger.model import (
     AllocRef,
     Code,
@@ -40,7 +37,9 @@ from gpuledger.model import (
     TenantFacts,
     Verdict,
 )
-from gpuledger.model.fleet import Fleet, FleetJob, FleetNode, NodeStatus
+from gpuledger.model.fleet_values import Fleet, FleetJob, FleetNode, NodeStatus
+from gpuledger.model.history_record import Change, History
+from gpuledger.model.snapshots import FleetSnapshot, Snapshot
 from gpuledger.views import fleet_page, html, page, strip
 from gpuledger.web.app import App
 from gpuledger.web.fleet_app import FleetApp

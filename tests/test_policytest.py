@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpuledger.cli import main
-from gpuledger.commands.policy_test.schema import TEST_FILE_SCHEMA
+from gpuledger.commands.policy_test.suite_schema import TEST_FILE_SCHEMA
 from gpuledger.sim.world import load_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "policy"

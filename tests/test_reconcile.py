@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gpuledger.controller.reconcile import Desired, Observed, reconcile
+from gpuledger.core.node_join import Desired, Observed, reconcile
 from gpuledger.model import (
     Allocation,
     AllocLookup,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from gpuledger.controller.reconcile import Desired, Observed, reconcile
+from gpuledger.core.node_join import Desired, Observed, reconcile
 from gpuledger.model import (
     Gpu,
     GpuProcess,

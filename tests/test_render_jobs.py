@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger.commands.render.jobs import hcl, render_jobs
-from gpuledger.commands.render.values import merged_values
+from gpuledger.commands.render.values_file import merged_values
 from nomad_jobspec import Expr, JobFile, job_file, load, the
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gpuledger.cli import main
-from gpuledger.commands.render.values import coalesce, merge_maps, merged_values
+from gpuledger.commands.render.values_file import coalesce, merge_maps, merged_values
 from gpuledger.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -26,10 +26,10 @@ import pytest
 from fake_prometheus import Answer, fake_prometheus, fixture
 from gpuledger.cli import main
 from gpuledger.collectors.prometheus import PrometheusClient, PrometheusSettings
-from gpuledger.controller.report import build_report, job_query, state_query
+from gpuledger.core.report_queries import build_report, job_query, state_query
 from gpuledger.errors import SourceError
-from gpuledger.model.report import By, Sample, Window
-from gpuledger.views.report import bars, render_csv, render_html, render_table
+from gpuledger.model.report_values import By, Sample, Window
+from gpuledger.views.report_formats import bars, render_csv, render_html, render_table
 
 GOLDEN = Path(__file__).parent / "golden" / "report.json"
 UNTIL = datetime(2026, 11, 16, tzinfo=timezone.utc)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger.cli import main
-from gpuledger.controller.reconcile import reconcile
+from gpuledger.core.node_join import reconcile
 from gpuledger.errors import SourceError
 from gpuledger.model import Code, Gpu, Level, Since
 from gpuledger.policy.evaluate import evaluate

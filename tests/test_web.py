@@ -18,8 +18,6 @@ from typing import Any
 
 import pytest
 
-from gpuledger.controller.history import History
-from gpuledger.controller.loop import Snapshot
 from gpuledger.errors import ConfigError
 from gpuledger.model import (
     Code,
@@ -33,6 +31,8 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
 )
+from gpuledger.model.history_record import History
+from gpuledger.model.snapshots import Snapshot
 from gpuledger.web.app import App
 from gpuledger.web.server import bind, urls
 

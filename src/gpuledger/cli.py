@@ -24,12 +24,12 @@ from gpuledger.collectors.nomad import NomadSettings, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.controller import history_file
 from gpuledger.controller.clock import SystemClock
-from gpuledger.controller.history import History
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import ConfigError, HistoryCorruptError, PolicyError, UsageError
 from gpuledger.model import Ledger, Level
 from gpuledger.model.contract import findings_doc, iso_time, ledger_doc
+from gpuledger.model.history_record import History
 from gpuledger.model.text import excerpt
 from gpuledger.policy.load import (
     default_policy,
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from gpuledger.collectors.consul import ConsulSettings
     from gpuledger.collectors.prometheus import PrometheusSettings
     from gpuledger.commands.fleet import FleetOptions
-    from gpuledger.controller.fleet import Shard
-    from gpuledger.model.report import Window
+    from gpuledger.core.fleet_join import Shard
+    from gpuledger.model.report_values import Window
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -288,7 +288,7 @@ def _positive(text: str) -> int:
 
 
 def _shard(text: str) -> Shard:
-    from gpuledger.controller.fleet import Shard  # noqa: PLC0415
+    from gpuledger.core.fleet_join import Shard  # noqa: PLC0415
 
     try:
         return Shard.parse(text)
@@ -840,7 +840,7 @@ def _consul_settings(args: argparse.Namespace) -> ConsulSettings | None:
 
 def fleet_options(args: argparse.Namespace) -> FleetOptions:
     """The fleet's sources the flags name; ``UsageError`` for a value that cannot be used."""
-    from gpuledger.collectors.tls import TlsSettings  # noqa: PLC0415
+    from gpuledger.collectors.client_tls import TlsSettings  # noqa: PLC0415
     from gpuledger.commands.fleet import Discover, FleetOptions  # noqa: PLC0415
 
     discover = Discover(
@@ -895,7 +895,7 @@ def cmd_render(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _report_window(args: argparse.Namespace) -> Window:
-    from gpuledger.model.report import Window  # noqa: PLC0415
+    from gpuledger.model.report_values import Window  # noqa: PLC0415
 
     now = SystemClock().now()
     until: datetime = args.until or now.replace(microsecond=0)
@@ -943,7 +943,7 @@ def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings:
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     """``gpuledger report``."""
     from gpuledger.commands.report import ReportOptions, run_report  # noqa: PLC0415
-    from gpuledger.model.report import By  # noqa: PLC0415
+    from gpuledger.model.report_values import By  # noqa: PLC0415
 
     if args.json and args.by != "job":
         raise UsageError(

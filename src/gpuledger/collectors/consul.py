@@ -7,7 +7,7 @@ python-consul2). Settings follow the Consul CLI (``CONSUL_HTTP_ADDR``, ``CONSUL_
 and are parsed here, not by py-consul, which reads only some of them and differently: it lets
 ``CONSUL_HTTP_TOKEN`` override an explicit token, cannot set a TLS server name, reads a CA
 directory only when it is hashed, and fails on an address without a port. So py-consul is given
-explicit values and a session equipped by ``collectors/tls.py``.
+explicit values and a session equipped by ``collectors/client_tls.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import consul
 import requests
 import urllib3
 
-from gpuledger.collectors.tls import (
+from gpuledger.collectors.client_tls import (
     TlsAdapter,
     TlsNames,
     TlsPeer,
@@ -36,7 +36,7 @@ from gpuledger.collectors.tls import (
     tls_failure,
 )
 from gpuledger.errors import ConfigError, SourceError
-from gpuledger.model.fleet import Target
+from gpuledger.model.fleet_values import Target
 from gpuledger.model.redact import redact_url_passwords
 
 SOURCE = "consul"

@@ -25,7 +25,13 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from gpuledger.collectors.tls import TlsNames, TlsPeer, TlsSettings, client_context, tls_failure
+from gpuledger.collectors.client_tls import (
+    TlsNames,
+    TlsPeer,
+    TlsSettings,
+    client_context,
+    tls_failure,
+)
 from gpuledger.errors import ConfigError
 from gpuledger.model.contract import INTERVAL_HEADER, TICK_HEADER
 

@@ -24,7 +24,7 @@ import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection
 
-from gpuledger.collectors.tls import (
+from gpuledger.collectors.client_tls import (
     TlsAdapter,
     TlsNames,
     TlsPeer,

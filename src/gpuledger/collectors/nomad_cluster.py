@@ -16,7 +16,7 @@ from urllib.parse import quote
 from nomad.api.base import Requester
 
 from gpuledger.collectors.nomad import Call, NomadReader, NomadSettings
-from gpuledger.model.fleet import ClusterNode, Target
+from gpuledger.model.fleet_values import ClusterNode, Target
 
 NODE_READ_HINT = 'grant the token node { policy = "read" }'
 

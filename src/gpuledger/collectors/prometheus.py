@@ -24,7 +24,7 @@ import requests
 
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model.redact import redact_url_passwords
-from gpuledger.model.report import Sample
+from gpuledger.model.report_values import Sample
 
 SOURCE = "prometheus"
 _GRACE_S = (1.0, 5.0)

@@ -1,6 +1,6 @@
 """``gpuledger fleet ls | check | serve``: the fleet controller, one level above the nodes.
 
-Desired: Nomad's nodes with GPUs. Observed: the node controllers found by ``--targets``,
+ClusterDesired: Nomad's nodes with GPUs. Observed: the node controllers found by ``--targets``,
 Consul's health API or Nomad's service discovery, each read at its ``/ledger``. ``ls`` and
 ``check`` sweep once; ``serve`` sweeps every ``--interval`` (in the main thread's asyncio loop)
 and serves ``/fleet``, ``/findings``, ``/metrics`` and ``/healthz`` beside it. SIGTERM and
@@ -21,18 +21,18 @@ from typing import TextIO
 
 import structlog
 
+from gpuledger.collectors.client_tls import TlsSettings
 from gpuledger.collectors.consul import ConsulCatalog, ConsulSettings
 from gpuledger.collectors.ledgers import LedgerReader
 from gpuledger.collectors.nomad import NomadSettings
 from gpuledger.collectors.nomad_cluster import NomadCluster
-from gpuledger.collectors.tls import TlsSettings
 from gpuledger.commands.logs import configure_logging
 from gpuledger.controller.clock import SystemClock
-from gpuledger.controller.fleet import Shard
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
+from gpuledger.core.fleet_join import Shard
 from gpuledger.model import Level
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
-from gpuledger.model.fleet import Fleet, Target
+from gpuledger.model.fleet_values import Fleet, Target
 from gpuledger.policy.rules import Policy
 from gpuledger.views.fleet_table import render_fleet, render_fleet_findings
 from gpuledger.web.fleet_app import FleetApp

@@ -1,6 +1,6 @@
 """``gpuledger report``: GPU-hours and waste per job, read back from Prometheus.
 
-Two instant queries (``controller/report.py`` says which and why), then one output: the table,
+Two instant queries (``core/report_queries.py`` says which and why), then one output: the table,
 ``--json``, ``--csv`` or the ``--html`` page. A failure of Prometheus is one line on stderr and
 exit 1; so is a window in which Prometheus holds no counter of gpuledger at all, which means
 gpuledger is not scraped there (a scraped controller counts every GPU, free ones included).
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from gpuledger.collectors.prometheus import PrometheusClient, PrometheusSettings
-from gpuledger.controller.report import (
+from gpuledger.core.report_queries import (
     JOB_METRIC,
     STATE_METRIC,
     build_report,
@@ -26,8 +26,8 @@ from gpuledger.controller.report import (
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model.contract import iso_time, report_doc
 from gpuledger.model.redact import redact_url_passwords
-from gpuledger.model.report import By, Report, Window
-from gpuledger.views.report import render_csv, render_html, render_table
+from gpuledger.model.report_values import By, Report, Window
+from gpuledger.views.report_formats import render_csv, render_html, render_table
 
 EXIT_OK, EXIT_FAILED = 0, 1
 Output = Literal["table", "json", "csv"]

@@ -20,8 +20,8 @@ from gpuledger.collectors.nomad_meta import NodeMetaClient
 from gpuledger.commands.logs import configure_logging
 from gpuledger.controller.clock import SystemClock
 from gpuledger.controller.loop import NodeController, attempt_timeout
+from gpuledger.controller.meta_publisher import NodeMetaPublisher
 from gpuledger.controller.node import configured_node
-from gpuledger.controller.node_meta import NodeMetaPublisher
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.model.redact import CommandMode
 from gpuledger.policy.rules import Policy

@@ -4,7 +4,7 @@ One sweep: discover the controllers (targets, Consul or Nomad's services) and re
 nodes at once, then every controller's ``/ledger`` concurrently (``collectors/ledgers.py``);
 each answer is read as it arrives (a ledger, a ``304`` for the one kept, garbage, another
 schema, a loop that stopped ticking), judged by the fleet's policy, and dropped, so ten thousand
-ledgers are never held at once; then the pure reconcile (``controller/fleet.py``) makes the
+ledgers are never held at once; then the pure reconcile (``core/fleet_join.py``) makes the
 fleet ledger, and one immutable ``FleetSnapshot`` is published by a single attribute swap.
 
 What a sweep keeps for the next: each controller's ``ETag`` and judgement (an unchanged node is
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import structlog
 
+from gpuledger.collectors.client_tls import TlsSettings
 from gpuledger.collectors.ledgers import LedgerAnswer, LedgerReader
-from gpuledger.collectors.tls import TlsSettings
 from gpuledger.controller.clock import Clock, SystemClock
-from gpuledger.controller.fleet import (
+from gpuledger.core.fleet_join import (
     Discovery,
     FindingKey,
     Judgement,
@@ -37,7 +37,6 @@ from gpuledger.controller.fleet import (
     judge_ledger,
     reconcile_fleet,
 )
-from gpuledger.controller.history import GAP_INTERVALS
 from gpuledger.errors import PolicyError, SourceError
 from gpuledger.model import SourceStatus
 from gpuledger.model.contract import iso_time
@@ -48,7 +47,15 @@ from gpuledger.model.contract_read import (
     parse_time,
     schema_of,
 )
-from gpuledger.model.fleet import ClusterNode, ControllerRead, Desired, Fleet, NodeStatus, Target
+from gpuledger.model.fleet_values import (
+    ClusterDesired,
+    ClusterNode,
+    ControllerRead,
+    NodeStatus,
+    Target,
+)
+from gpuledger.model.history_record import GAP_INTERVALS
+from gpuledger.model.snapshots import FleetSnapshot
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
 
@@ -80,23 +87,6 @@ class FleetConfig:
     stale_after: timedelta = timedelta(minutes=2)
     """The age of a last tick that makes a controller stale when it does not say its interval."""
     shard: Shard | None = None
-
-
-@dataclass(frozen=True)
-class FleetSnapshot:
-    """Everything the fleet's endpoints serve, as of one sweep. Never changed once published."""
-
-    fleet: Fleet
-    duration_s: float
-    interval: timedelta | None = None
-
-    def problems(self, now: datetime) -> list[str]:
-        """What keeps the fleet controller from being healthy, one line each."""
-        lines = [f"{name}: {s.error}" for name, s in self.fleet.sources.items() if s.failing]
-        age = now - self.fleet.at
-        if self.interval is not None and age > GAP_INTERVALS * self.interval:
-            lines.append(f"sweep: the last one finished {age.total_seconds():.0f}s ago")
-        return lines
 
 
 @dataclass(frozen=True)
@@ -184,16 +174,16 @@ class FleetController:
         self._source_up(source.name)
         return Discovery(source.name, source.label)
 
-    async def _desired(self) -> Desired:
+    async def _desired(self) -> ClusterDesired:
         if self.config.nodes is None:
-            return Desired(None)
+            return ClusterDesired(None)
         try:
             nodes = await asyncio.to_thread(self.config.nodes)
         except SourceError as err:
             self._source_failed("nomad", err)
-            return Desired(None, SourceStatus.failed(err.message, err.hint))
+            return ClusterDesired(None, SourceStatus.failed(err.message, err.hint))
         self._source_up("nomad")
-        return Desired(nodes, SourceStatus.up())
+        return ClusterDesired(nodes, SourceStatus.up())
 
     def _ours(self, target: Target) -> bool:
         """Whether this shard reads the target: every one whose ledger has not yet said which

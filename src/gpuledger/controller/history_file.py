@@ -16,17 +16,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuledger.controller.history import (
-    TRAIL_CAP,
-    Change,
-    FindingKey,
-    GpuMark,
-    History,
-    Trail,
-)
 from gpuledger.errors import HistoryCorruptError
 from gpuledger.model import GpuState
 from gpuledger.model.contract import SCHEMA, iso_time
+from gpuledger.model.history_record import TRAIL_CAP, Change, FindingKey, GpuMark, History, Trail
 from gpuledger.model.text import excerpt
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -21,15 +21,17 @@ import structlog
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 from tenacity.stop import stop_base
 
-from gpuledger.controller import history as hist
 from gpuledger.controller import history_file
 from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.node import identify
-from gpuledger.controller.reconcile import Desired, JoinMemo, Observed, reconcile
 from gpuledger.controller.sources import Guard
+from gpuledger.core import history as hist
+from gpuledger.core.node_join import Desired, JoinMemo, Observed, reconcile
 from gpuledger.errors import HistoryCorruptError, PolicyError, SourceError
 from gpuledger.model import Finding, Ledger, NodeInfo, SourceName, SourceStatus
+from gpuledger.model.history_record import History
 from gpuledger.model.redact import CommandMode
+from gpuledger.model.snapshots import Snapshot
 from gpuledger.policy.evaluate import JudgeMemo, policy_invalid
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
@@ -72,32 +74,6 @@ class Sink(Protocol):
     def findings(self, policy: Policy, node: str) -> tuple[Finding, ...]:
         """Findings about the sink itself, as of now."""
         ...
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything the endpoints serve, as of one tick. Never changed once published."""
-
-    ledger: Ledger
-    history: hist.History
-    duration_s: float
-    interval: timedelta
-    history_error: str | None = None
-    """Why the history file could not be written at this tick, if it could not."""
-
-    def problems(self, now: datetime) -> list[str]:
-        """What keeps the node controller from being healthy, one line each."""
-        lines = [
-            f"{name.value}: {status.error}"
-            for name, status in self.ledger.sources.items()
-            if status.failing
-        ]
-        if self.history_error:
-            lines.append(f"history: {self.history_error}")
-        stale = now - self.ledger.at
-        if stale > hist.GAP_INTERVALS * self.interval:
-            lines.append(f"reconcile: the last one finished {stale.total_seconds():.0f}s ago")
-        return lines
 
 
 class _Deadline(stop_base):
@@ -301,9 +277,9 @@ class NodeController:
 
     # ------------------------------------------------------------------ the history file
 
-    def _open_history(self) -> hist.History:
+    def _open_history(self) -> History:
         """The history at start-up: a corrupt file is set aside, never a reason to stop."""
-        fresh = hist.History(interval=self.interval)
+        fresh = History(interval=self.interval)
         path = self.history_path
         if path is None:
             return fresh

@@ -6,10 +6,11 @@ import socket
 from dataclasses import replace
 from datetime import datetime
 
-from gpuledger.controller.history import History, rejudge
-from gpuledger.controller.reconcile import Desired, reconcile
 from gpuledger.controller.sources import SourceConfig, Sources
+from gpuledger.core.history import rejudge
+from gpuledger.core.node_join import Desired, reconcile
 from gpuledger.model import Ledger, NodeInfo, Since
+from gpuledger.model.history_record import History
 from gpuledger.model.redact import CommandMode
 from gpuledger.policy.evaluate import evaluate
 from gpuledger.policy.rules import Policy

@@ -17,7 +17,7 @@ from gpuledger.collectors.nomad import NomadReader, NomadSettings
 from gpuledger.collectors.nvidia import Backend, open_backend
 from gpuledger.collectors.procfs import read_processes
 from gpuledger.collectors.runtimes import RuntimeClient
-from gpuledger.controller.reconcile import Desired, Observed
+from gpuledger.core.node_join import Desired, Observed
 from gpuledger.errors import SourceError
 from gpuledger.model import (
     Container,

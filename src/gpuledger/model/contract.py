@@ -28,8 +28,8 @@ from gpuledger.model.values import (
 )
 
 if TYPE_CHECKING:  # a node controller never builds the fleet's or the report's documents
-    from gpuledger.model.fleet import Fleet, FleetNode
-    from gpuledger.model.report import Report, UseHours
+    from gpuledger.model.fleet_values import Fleet, FleetNode
+    from gpuledger.model.report_values import Report, UseHours
 
 SCHEMA = 1
 """The version of the JSON contract."""

@@ -627,7 +627,7 @@ class Ledger:
 class Since:
     """Since when each GPU has been in its state and each finding open.
 
-    The pure policy evaluation reads it; ``controller/history.py`` only persists it. Without
+    The pure policy evaluation reads it; ``core/history.py`` only persists it. Without
     a history every mapping is empty and durations are unknown.
     """
 

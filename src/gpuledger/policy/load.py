@@ -18,6 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuledger.errors import PolicyError, YamlSyntaxError
+from gpuledger.located import (
+    JsonPath,
+    Located,
+    Problem,
+    read_yaml,
+    schema_problems,
+)
 from gpuledger.model import Code, Level
 from gpuledger.model.text import excerpt
 from gpuledger.policy.globs import (
@@ -28,13 +35,6 @@ from gpuledger.policy.globs import (
     PROCESS,
     PROFILE,
     why_unmatchable,
-)
-from gpuledger.policy.located import (
-    JsonPath,
-    Located,
-    Problem,
-    read_yaml,
-    schema_problems,
 )
 from gpuledger.policy.rules import Match, Override, Policy, Rule
 from gpuledger.policy.schema import policy_schema

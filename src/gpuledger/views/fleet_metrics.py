@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gpuledger.controller.fleet_loop import FleetSnapshot
 from gpuledger.model import Code, GpuState, Level
-from gpuledger.model.fleet import Fleet, NodeStatus
+from gpuledger.model.fleet_values import Fleet, NodeStatus
+from gpuledger.model.snapshots import FleetSnapshot
 from gpuledger.views.metrics import JOB_LABELS, build_family, exposition, finding_labels
 
 __all__ = ["FleetCollector", "render"]

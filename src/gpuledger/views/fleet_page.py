@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuledger.controller.fleet_loop import FleetSnapshot
 from gpuledger.model import Finding, GpuState, Level
-from gpuledger.model.fleet import Fleet, FleetJob, FleetNode, NodeStatus
+from gpuledger.model.fleet_values import Fleet, FleetJob, FleetNode, NodeStatus
+from gpuledger.model.snapshots import FleetSnapshot
 from gpuledger.views.html import environment, frame, link_to, when
 from gpuledger.views.page import SourceRow, finding_rows, refresh_seconds
 

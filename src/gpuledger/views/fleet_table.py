@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpuledger.model import GpuState, Level
-from gpuledger.model.fleet import Fleet, FleetNode
+from gpuledger.model.fleet_values import Fleet, FleetNode
 from gpuledger.views.table import columns, printable
 
 _STATE_COLUMNS = (

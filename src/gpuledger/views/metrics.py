@@ -22,8 +22,8 @@ __all__ = ["SnapshotCollector", "choose_encoder", "render"]
 from prometheus_client.registry import CollectorRegistry
 
 from gpuledger import __version__
-from gpuledger.controller.loop import Snapshot
 from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, LedgerUnit, Level
+from gpuledger.model.snapshots import Snapshot
 
 MIB = 1024 * 1024
 STATES = tuple(GpuState)

@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpuledger.controller.history import Trail
-from gpuledger.controller.loop import Snapshot
 from gpuledger.model import (
     AllocRef,
     Finding,
@@ -28,6 +26,8 @@ from gpuledger.model import (
     SourceStatus,
     Tenant,
 )
+from gpuledger.model.history_record import Trail
+from gpuledger.model.snapshots import Snapshot
 from gpuledger.views.html import When, environment, frame, mib, when
 from gpuledger.views.strip import Segment, segments
 

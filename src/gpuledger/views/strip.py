@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpuledger.controller.history import TRAIL_SPAN, Trail
+from gpuledger.model.history_record import TRAIL_SPAN, Trail
 from gpuledger.views.html import span
 
 WIDTH = round(TRAIL_SPAN.total_seconds() / 60)

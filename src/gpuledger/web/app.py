@@ -23,7 +23,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import parse_qs
 
-from gpuledger.controller.loop import Snapshot
 from gpuledger.model import Ledger
 from gpuledger.model.contract import (
     INTERVAL_HEADER,
@@ -32,6 +31,7 @@ from gpuledger.model.contract import (
     iso_time,
     ledger_doc,
 )
+from gpuledger.model.snapshots import Snapshot
 from gpuledger.views import metrics
 from gpuledger.views.html import FAVICON_PATHS, HTML, Asset, favicon, stylesheet
 from gpuledger.views.page import render_node, render_starting

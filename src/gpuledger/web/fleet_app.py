@@ -12,9 +12,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gpuledger.controller.fleet_loop import FleetSnapshot
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
-from gpuledger.model.fleet import Fleet
+from gpuledger.model.fleet_values import Fleet
+from gpuledger.model.snapshots import FleetSnapshot
 from gpuledger.views import fleet_metrics
 from gpuledger.views.fleet_page import render_fleet_page
 from gpuledger.web.app import (

@@ -10,7 +10,7 @@ body over 64 KiB, 400 for a malformed request); those answers carry the security
 Connections are bounded on purpose (``Limits``): waitress's defaults (100 connections, 120 s
 before an idle one is closed) let about a hundred idle sockets, or a client sending one header
 line a minute, take every endpoint down, ``/healthz`` included. waitress cannot speak TLS;
-with a ``tls_server_config`` an asyncio TLS front (``web/tls.py``) takes the port and hands
+with a ``tls_server_config`` an asyncio TLS front (``web/tls_front.py``) takes the port and hands
 each decrypted connection to waitress on a private unix socket.
 """
 
@@ -35,7 +35,7 @@ from gpuledger.web.app import SECURITY_HEADERS
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
 
-    from gpuledger.web.tls import TlsFront
+    from gpuledger.web.tls_front import TlsFront
     from gpuledger.web.webconfig import WebConfig
 
 __all__ = ["Limits", "Server", "bind", "urls"]
@@ -132,7 +132,7 @@ def bind(
     if web_config is None:
         # Without --web-config, neither bcrypt nor the TLS front is loaded.
         return Server(_waitress(app, limits, listen, listen=f"{host or '*'}:{port}"), None, None)
-    from gpuledger.web.tls import TlsFront  # noqa: PLC0415
+    from gpuledger.web.tls_front import TlsFront  # noqa: PLC0415
     from gpuledger.web.webconfig import load_web_config  # noqa: PLC0415
 
     config = load_web_config(web_config)

@@ -34,7 +34,7 @@ from typing import Any
 import bcrypt
 
 from gpuledger.errors import ConfigError, YamlSyntaxError
-from gpuledger.policy.located import JsonPath, Located, Problem, read_yaml, schema_problems
+from gpuledger.located import JsonPath, Located, Problem, read_yaml, schema_problems
 
 _TEXT = {"type": "string"}
 _CLIENT_AUTH = {

@@ -35,8 +35,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
+from gpuledger.commands.policy_test.case_ledgers import AT, Scenarios, inline_ledger, since_of
 from gpuledger.commands.policy_test.compare import compare
-from gpuledger.commands.policy_test.ledgers import AT, Scenarios, inline_ledger, since_of
 from gpuledger.commands.policy_test.suite import Case, Suite, load_suite
 from gpuledger.errors import ConfigError, PolicyError
 from gpuledger.policy.evaluate import evaluate

@@ -10,17 +10,17 @@ from typing import Any
 
 import yaml
 
-from gpuledger.commands.policy_test.schema import TEST_FILE_SCHEMA
+from gpuledger.commands.policy_test.suite_schema import TEST_FILE_SCHEMA
 from gpuledger.errors import ConfigError, YamlSyntaxError
-from gpuledger.model.text import excerpt
-from gpuledger.policy.load import load_policy
-from gpuledger.policy.located import (
+from gpuledger.located import (
     JsonPath,
     Located,
     Problem,
     read_yaml,
     schema_problems,
 )
+from gpuledger.model.text import excerpt
+from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
 from gpuledger.sim.world import Scenario, load_scenario
 

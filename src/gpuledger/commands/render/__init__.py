@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuledger.commands.render.jobs import render_jobs
-from gpuledger.commands.render.values import merged_values, schema_text, values_text
+from gpuledger.commands.render.values_file import merged_values, schema_text, values_text
 from gpuledger.errors import ConfigError
 
 __all__ = ["render", "schema_text", "values_text"]

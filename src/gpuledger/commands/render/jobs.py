@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 
 from gpuledger import __version__
-from gpuledger.commands.render.values import fleet_discovery
+from gpuledger.commands.render.values_file import fleet_discovery
 
 NODE_FILE = "gpuledger.nomad.hcl"
 IDENTITY_FILE = "gpuledger.wi.nomad.hcl"

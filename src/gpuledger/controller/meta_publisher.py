@@ -1,6 +1,6 @@
 """The node metadata publisher of ``serve --publish-node-meta``: tell Nomad's scheduler.
 
-What it publishes is a pure function of each ledger (``model/node_meta.py``); this module
+What it publishes is a pure function of each ledger (``model/meta_keys.py``); this module
 decides when and how, so that publishing can never slow or break the loop:
 
 - **Level-triggered, like the loop.** Each step reads the node's ``Meta`` (GET) and sends only
@@ -35,7 +35,7 @@ import structlog
 
 from gpuledger.errors import SourceError, UnsupportedSourceError
 from gpuledger.model import Finding, Ledger
-from gpuledger.model.node_meta import KEYS, SOURCE, node_meta, owned, patch
+from gpuledger.model.meta_keys import KEYS, SOURCE, node_meta, owned, patch
 from gpuledger.policy.evaluate import source_unavailable
 from gpuledger.policy.rules import Policy
 

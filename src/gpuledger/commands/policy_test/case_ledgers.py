@@ -14,7 +14,7 @@ from gpuledger import __version__
 from gpuledger.commands.demo import world_config
 from gpuledger.commands.policy_test.suite import Case
 from gpuledger.controller.node import one_shot
-from gpuledger.controller.reconcile import gpu_state
+from gpuledger.core.node_join import gpu_state
 from gpuledger.errors import ConfigError
 from gpuledger.model import (
     AllocRef,

@@ -24,8 +24,8 @@ from typing import Any
 
 from gpuledger.commands.render.helm_set import SetSyntaxError, parse_into
 from gpuledger.errors import ConfigError, YamlSyntaxError
+from gpuledger.located import JsonPath, Located, dotted, read_yaml, schema_problems
 from gpuledger.policy.load import parse_duration
-from gpuledger.policy.located import JsonPath, Located, dotted, read_yaml, schema_problems
 
 BUILT_IN = "the built-in values"
 

@@ -19,12 +19,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from gpuledger.controller.history import held_below
+from gpuledger.core.history import held_below
 from gpuledger.model import Code, Finding, GpuState, Ledger, Level, Since, SourceStatus
-from gpuledger.model.fleet import (
+from gpuledger.model.fleet_values import (
+    ClusterDesired,
     ClusterNode,
     ControllerRead,
-    Desired,
     Fleet,
     FleetJob,
     FleetNode,
@@ -240,7 +240,7 @@ class _Row:
 class _Reconcile:
     """One reconcile: the inputs, and the rows as they are made."""
 
-    def __init__(self, policy: Policy, desired: Desired, discovery: Discovery) -> None:
+    def __init__(self, policy: Policy, desired: ClusterDesired, discovery: Discovery) -> None:
         self.policy, self.desired, self.discovery = policy, desired, discovery
         self.known = {n.id: n for n in desired.nodes or ()}
 
@@ -385,7 +385,7 @@ def _jobs(rows: Iterable[_Row]) -> tuple[FleetJob, ...]:
 def reconcile_fleet(
     at: datetime,
     policy: Policy,
-    desired: Desired,
+    desired: ClusterDesired,
     discovery: Discovery,
     reads: Sequence[ControllerRead],
     shard: Shard | None = None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from gpuledger.model.report import By, NodeHours, Report, Sample, UseHours, Window
+from gpuledger.model.report_values import By, NodeHours, Report, Sample, UseHours, Window
 
 JOB_METRIC = "gpuledger_job_gpu_seconds_total"
 STATE_METRIC = "gpuledger_gpu_state_seconds_total"

@@ -18,7 +18,7 @@ from importlib.resources import files
 
 from gpuledger.model import GpuState
 from gpuledger.model.contract import iso_time
-from gpuledger.model.report import By, Report, UseHours
+from gpuledger.model.report_values import By, Report, UseHours
 from gpuledger.views.html import environment
 from gpuledger.views.table import columns, printable
 

@@ -2,7 +2,7 @@
 
 The fleet controller reconciles, one level up, what Nomad says the cluster's GPU nodes are
 (desired) with the node controllers it discovers and reads (observed). These values carry what
-the collectors read and what the pure reconcile (``controller/fleet.py``) makes of it; the JSON
+the collectors read and what the pure reconcile (``core/fleet_join.py``) makes of it; the JSON
 contract writes them (``contract.fleet_doc``).
 """
 
@@ -97,7 +97,7 @@ class ControllerRead:
 
 
 @dataclass(frozen=True, slots=True)
-class Desired:
+class ClusterDesired:
     """Nomad's nodes, or why they are not known (``nodes`` is ``None``: off or unread)."""
 
     nodes: tuple[ClusterNode, ...] | None

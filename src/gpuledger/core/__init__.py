@@ -1,0 +1,2 @@
+"""The pure core: the node's join, the fleet's join, the history's arithmetic and the
+report's queries."""

@@ -1,0 +1,58 @@
+"""What the endpoints serve: the node controller's ``Snapshot`` of one tick and the fleet
+controller's ``FleetSnapshot`` of one sweep, each published whole and never changed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from gpuledger.model.history_record import GAP_INTERVALS, History
+from gpuledger.model.values import Ledger
+
+if TYPE_CHECKING:
+    # A node controller never loads the fleet's model: only the fleet builds a FleetSnapshot.
+    from gpuledger.model.fleet_values import Fleet
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the endpoints serve, as of one tick. Never changed once published."""
+
+    ledger: Ledger
+    history: History
+    duration_s: float
+    interval: timedelta
+    history_error: str | None = None
+    """Why the history file could not be written at this tick, if it could not."""
+
+    def problems(self, now: datetime) -> list[str]:
+        """What keeps the node controller from being healthy, one line each."""
+        lines = [
+            f"{name.value}: {status.error}"
+            for name, status in self.ledger.sources.items()
+            if status.failing
+        ]
+        if self.history_error:
+            lines.append(f"history: {self.history_error}")
+        stale = now - self.ledger.at
+        if stale > GAP_INTERVALS * self.interval:
+            lines.append(f"reconcile: the last one finished {stale.total_seconds():.0f}s ago")
+        return lines
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    """Everything the fleet's endpoints serve, as of one sweep. Never changed once published."""
+
+    fleet: Fleet
+    duration_s: float
+    interval: timedelta | None = None
+
+    def problems(self, now: datetime) -> list[str]:
+        """What keeps the fleet controller from being healthy, one line each."""
+        lines = [f"{name}: {s.error}" for name, s in self.fleet.sources.items() if s.failing]
+        age = now - self.fleet.at
+        if self.interval is not None and age > GAP_INTERVALS * self.interval:
+            lines.append(f"sweep: the last one finished {age.total_seconds():.0f}s ago")
+        return lines
