@@ -17,8 +17,8 @@ from typing import Any
 
 import requests
 
-from runtimes import missing
-from test_serve import eventually
+from integration.runtimes import missing
+from integration.test_serve import eventually
 
 
 def debian_binary(name: str, package: str) -> str:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from gpuledger.cli import main
-from prometheus_server import PrometheusServer, backfill
-from report_history import WEEK, World, cluster, openmetrics
-from runtimes import require_binary
+from integration.prometheus_server import PrometheusServer, backfill
+from integration.report_history import WEEK, World, cluster, openmetrics
+from integration.runtimes import require_binary
 
 END = int(datetime(2026, 11, 16, tzinfo=timezone.utc).timestamp())
 """The window's end: a fixed Monday, so the README's table and picture are this test's own."""

@@ -34,7 +34,6 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -55,20 +54,9 @@ READY_SECONDS = 60.0  # a daemon's first start on a slow disk; polling stops as 
 
 
 def _conftest() -> ModuleType:
-    """integration/conftest.py (its ``missing`` and ``require_binary``).
-
-    pytest imports every rootdir-less ``conftest.py`` under the one name ``conftest``, so
-    ``import conftest`` may give tests/conftest.py: load this folder's by its path when so.
-    """
-    here = Path(__file__).with_name("conftest.py").resolve()
-    loaded = sys.modules.get("conftest")
-    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == here:
-        return loaded
-    spec = importlib.util.spec_from_file_location("gpuledger_integration_conftest", here)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """integration/conftest.py (its ``missing`` and ``require_binary``), imported when first
+    needed: the conftest imports this module for its session fixtures."""
+    return importlib.import_module("integration.conftest")
 
 
 def missing(why: str) -> None:

@@ -31,10 +31,17 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemons import Daemons, Hook, debian_binary, free_port, hook_url
 from gpuledger.sim.world import World, load_scenario
-from promql_names import label_values, legend_labels, names, substitute, targets, template_labels
-from test_serve import GPULEDGER, STRAY, Serve, eventually
+from integration.daemons import Daemons, Hook, debian_binary, free_port, hook_url
+from integration.promql_names import (
+    label_values,
+    legend_labels,
+    names,
+    substitute,
+    targets,
+    template_labels,
+)
+from integration.test_serve import GPULEDGER, STRAY, Serve, eventually
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "deploy/prometheus/gpuledger.rules.yml"

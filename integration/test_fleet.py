@@ -29,9 +29,9 @@ from gpuledger.cli import main
 from gpuledger.sim.consul_api import FakeConsul
 from gpuledger.sim.fleet import FleetSim, SimNode, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
-from nomad_acl import AclAccess
-from nomad_pki import Pki, make_pki
-from runtimes import missing
+from integration.runtimes import missing
+from tests.fakes.nomad_acl import AclAccess
+from tests.fakes.nomad_pki import Pki, make_pki
 
 CONSUL_TOKEN = "2e3d4c5b-1111-4e5f-8a9b-c0d1e2f3a4b5"  # noqa: S105 - a test token
 HEALTHY = ("gpu-00000", "gpu-00001", "gpu-00002", "gpu-00003")

@@ -33,8 +33,8 @@ import pytest
 from gpuledger.cli import main
 from gpuledger.sim.nomad_api import Access
 from gpuledger.sim.world import World
-from nomad_acl import AclAccess, JobAcl, parse_policy
-from nomad_pki import Pki, make_pki
+from tests.fakes.nomad_acl import AclAccess, JobAcl, parse_policy
+from tests.fakes.nomad_pki import Pki, make_pki
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = REPO / "deploy" / "nomad" / "gpuledger.policy.hcl"

@@ -40,8 +40,9 @@ from gpuledger.commands.render.values_file import merged_values
 from gpuledger.controller import history_file
 from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.world import World, load_scenario
-from nomad_acl import AclAccess, JobAcl
-from nomad_client import (
+from integration.runtimes import missing
+from tests.fakes.nomad_acl import AclAccess, JobAcl
+from tests.fakes.nomad_client import (
     Allocation,
     Cluster,
     JobRefused,
@@ -55,7 +56,6 @@ from nomad_client import (
     running,
     seconds,
 )
-from runtimes import missing
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy" / "nomad"

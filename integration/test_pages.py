@@ -27,8 +27,7 @@ from typing import Any
 import pytest
 import requests
 
-import browser as chromium
-from browser import DOCS, REGEN, Visit, watch
+import integration.browser as chromium
 from gpuledger.controller import history_file
 from gpuledger.model import GpuState
 from gpuledger.model.history_record import Change, GpuMark, History
@@ -36,7 +35,8 @@ from gpuledger.sim.consul_api import FakeConsul
 from gpuledger.sim.fleet import FleetSim, SimNode, make_nodes, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.world import World, drift_phases, load_scenario
-from test_serve import GPULEDGER, Serve, eventually, gpuledger
+from integration.browser import DOCS, REGEN, Visit, watch
+from integration.test_serve import GPULEDGER, Serve, eventually, gpuledger
 
 SCHEMES = ("light", "dark")
 WIDTHS = (390, 1440)

@@ -27,9 +27,9 @@ import yaml
 
 from gpuledger.commands.render.jobs import render_jobs
 from gpuledger.commands.render.values_file import merged_values
-from nomad_client import Node, interpolate
-from nomad_jobspec import job_file, the
-from runtimes import require_binary
+from integration.runtimes import require_binary
+from tests.fakes.nomad_client import Node, interpolate
+from tests.fakes.nomad_jobspec import job_file, the
 
 EXAMPLE = (
     Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "prometheus.example.yml"

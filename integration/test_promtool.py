@@ -26,7 +26,7 @@ from gpuledger.model import NodeInfo
 from gpuledger.policy.load import default_policy
 from gpuledger.sim.world import World, load_scenario
 from gpuledger.views.metrics import render
-from runtimes import missing
+from integration.runtimes import missing
 
 # The demo's second drift phase: a training job's process on the free GPU 3.
 STRAY = load_scenario("demo")["drift"][1]["add_processes"][0]

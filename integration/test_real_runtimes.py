@@ -26,7 +26,7 @@ import pytest
 
 from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
-from runtimes import (  # the session fixtures are imported for pytest to find them
+from integration.runtimes import (  # the session fixtures are imported for pytest to find them
     DockerEngine,
     PodmanService,
     Started,

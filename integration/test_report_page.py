@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-import browser as chromium
-from browser import DOCS, REGEN, Visit, watch
+import integration.browser as chromium
 from gpuledger.model.report_values import By, NodeHours, Report, UseHours, Window
 from gpuledger.views.report_formats import render_html
-from prometheus_server import PrometheusServer
-from report_fixtures import prometheus, report, week
+from integration.browser import DOCS, REGEN, Visit, watch
+from integration.prometheus_server import PrometheusServer
+from integration.report_fixtures import prometheus, report, week
 
 __all__ = ["prometheus", "week"]  # the fixtures this module uses
 SCREENSHOT = DOCS / "report.png"

@@ -24,11 +24,11 @@ import bcrypt
 import pytest
 import requests
 
-from nomad_pki import make_pki
-from prometheus_server import PrometheusServer, free_port
-from report_fixtures import UNTIL, Week, prometheus, report, server_on, week
-from report_history import HOUR, STEP, WEEK, expected_jobs
-from report_history import expected_node_states as expected_nodes
+from integration.prometheus_server import PrometheusServer, free_port
+from integration.report_fixtures import UNTIL, Week, prometheus, report, server_on, week
+from integration.report_history import HOUR, STEP, WEEK, expected_jobs
+from integration.report_history import expected_node_states as expected_nodes
+from tests.fakes.nomad_pki import make_pki
 
 __all__ = ["prometheus", "week"]  # the fixtures this module uses
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons import debian_binary
+from integration.daemons import debian_binary
 
 HERE = Path(__file__).resolve().parent.parent / "deploy/prometheus"
 TESTS = sorted(HERE.glob("gpuledger.*.test.yml"))

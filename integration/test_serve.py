@@ -35,7 +35,7 @@ import requests
 from gpuledger.commands.demo import run_demo
 from gpuledger.controller import history_file
 from gpuledger.sim.world import World, load_scenario
-from runtimes import missing
+from integration.runtimes import missing
 
 T = TypeVar("T")
 GPU0 = "GPU-7a1c3e52-0b8d-4f6a-9e21-5c3d7b8a1f00"

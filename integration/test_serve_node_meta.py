@@ -31,8 +31,8 @@ import requests
 
 from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.world import World
-from nomad_acl import AclAccess
-from nomad_pki import Pki, make_pki
+from tests.fakes.nomad_acl import AclAccess
+from tests.fakes.nomad_pki import Pki, make_pki
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]

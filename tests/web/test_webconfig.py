@@ -1,0 +1,245 @@
+"""``--web-config``: HTTPS and basic auth checked with real TLS clients (curl, Python's ssl), and
+the connection limits that keep ``/healthz`` answering under many idle or slow connections."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from gpuledger.errors import ConfigError
+from gpuledger.web.server import Limits, Server, bind
+from gpuledger.web.webconfig import load_web_config
+from tests.fakes.nomad_pki import Pki, make_pki
+
+
+def hello(environ: dict[str, object], start_response: object) -> list[bytes]:
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "3")])  # type: ignore[operator]
+    return [b"ok\n"]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+# htpasswd writes $2y$ hashes; cost 4 keeps the tests fast (the cost is in the hash).
+HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$", 1)
+
+
+@contextlib.contextmanager
+def serving(config: Path | None, limits: Limits | None = None) -> Iterator[Server]:
+    server = bind(hello, "127.0.0.1:0", config, limits)  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "web.yml"
+    path.write_text(text)
+    return path
+
+
+def tls_config(tmp_path: Path, pki: Pki, extra: str = "") -> Path:
+    return write(
+        tmp_path,
+        f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
+        f"{extra}basic_auth_users:\n  prometheus: '{HASH}'\n",
+    )
+
+
+def curl(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["curl", "-sS", "-o", "/dev/stderr", "-w", "%{http_code}", "--max-time", "10", *args, url],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+
+
+@needs_curl
+def test_https_with_the_right_password_the_wrong_one_and_none(tmp_path: Path, pki: Pki) -> None:
+    with serving(tls_config(tmp_path, pki)) as server:
+        url = f"{server.urls[0]}healthz"
+        assert url.startswith("https://127.0.0.1:")
+        ca = ("--cacert", str(pki.ca))
+        right = curl(url, *ca, "-u", "prometheus:s3cret")
+        assert (right.stdout, right.stderr) == ("200", "ok\n")
+        wrong = curl(url, *ca, "-u", "prometheus:guess", "-D", "/dev/stdout")
+        assert wrong.stdout.startswith("HTTP/1.1 401 Unauthorized")
+        assert 'www-authenticate: basic realm="gpuledger"' in wrong.stdout.lower()
+        assert "X-Content-Type-Options: nosniff" in wrong.stdout
+        assert curl(url, *ca, "-u", "nobody:s3cret").stdout == "401"
+        assert curl(url, *ca).stdout == "401"
+        # Plain HTTP is not served on the TLS port, and an unknown CA is refused by the client.
+        assert curl(url.replace("https", "http"), *ca).stdout == "000"
+        assert curl(url, "-u", "prometheus:s3cret").stdout == "000"
+
+
+def test_python_ssl_client_verifies_and_authenticates(tmp_path: Path, pki: Pki) -> None:
+    with serving(tls_config(tmp_path, pki)) as server:
+        host, port = server.address
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        auth = base64.b64encode(b"prometheus:s3cret").decode()
+        for header, status in ((f"Basic {auth}", 200), ("Basic !!!", 401), ("Bearer x", 401)):
+            conn = http.client.HTTPSConnection(host, port, context=context, timeout=10)
+            conn.request("GET", "/metrics", headers={"Authorization": header})
+            assert conn.getresponse().status == status
+            conn.close()
+        long = base64.b64encode(b"prometheus:" + b"x" * 100).decode()  # bcrypt refuses > 72
+        conn = http.client.HTTPSConnection(host, port, context=context, timeout=10)
+        conn.request("GET", "/", headers={"Authorization": f"Basic {long}"})
+        assert conn.getresponse().status == 401
+
+
+@needs_curl
+def test_mutual_tls_takes_only_clients_the_ca_signed(tmp_path: Path, pki: Pki) -> None:
+    extra = f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
+    with serving(tls_config(tmp_path, pki, extra)) as server:
+        url = f"{server.urls[0]}healthz"
+        base = ("--cacert", str(pki.ca), "-u", "prometheus:s3cret")
+        signed = ("--cert", str(pki.client_cert), "--key", str(pki.client_key))
+        stranger = ("--cert", str(pki.stranger_cert), "--key", str(pki.stranger_key))
+        assert curl(url, *base, *signed).stdout == "200"
+        assert curl(url, *base).stdout == "000"
+        assert curl(url, *base, *stranger).stdout == "000"
+
+
+def test_basic_auth_without_tls_and_the_configured_headers(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        f"http_server_config:\n  headers:\n    Strict-Transport-Security: max-age=60\n"
+        f"basic_auth_users:\n  prometheus: {HASH}\n",
+    )
+    with serving(config) as server:
+        conn = http.client.HTTPConnection(*server.address, timeout=10)
+        conn.request("GET", "/")
+        answer = conn.getresponse()
+        assert answer.status == 401
+        assert answer.getheader("Strict-Transport-Security") == "max-age=60"
+
+
+def test_a_stalled_handshake_does_not_stop_the_others(tmp_path: Path, pki: Pki) -> None:
+    with serving(tls_config(tmp_path, pki)) as server:
+        stalled = [socket.create_connection(server.address) for _ in range(50)]
+        try:
+            context = ssl.create_default_context(cafile=str(pki.ca))
+            conn = http.client.HTTPSConnection(*server.address, context=context, timeout=5)
+            conn.request("GET", "/healthz")
+            assert conn.getresponse().status == 401
+        finally:
+            for sock in stalled:
+                sock.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tls_server_config:\n  cert_file: a\n", "tls_server_config: give exactly one of key"),
+        (
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n"
+            "  client_auth_type: RequestClientCert\n",
+            "4:21: tls_server_config.client_auth_type: 'RequestClientCert' is not one of",
+        ),
+        (
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [X]\n",
+            "tls_server_config.cipher_suites: is not supported by gpuledger",
+        ),
+        (
+            "basic_auth_users:\n  alice: plain\n",
+            "2:10: basic_auth_users.alice: is not a bcrypt hash",
+        ),
+        ("tls_config: {}\n", "1:1: tls_config: unknown key 'tls_config'"),
+        ("rate_limit: {interval: 1s}\n", "rate_limit: is not supported"),
+        (
+            "tls_server_config:\n  cert_file: /nonexistent\n  key_file: /nonexistent\n",
+            "do not load",
+        ),
+        (
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_ca_file: c\n",
+            "a client CA without client_auth_type",
+        ),
+        ("a: [\n", "not valid YAML"),
+    ],
+)
+def test_a_bad_web_config_names_the_file_line_and_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match="--web-config") as caught:
+        load_web_config(write(tmp_path, text))
+    assert message in str(caught.value)
+
+
+def test_relative_paths_are_read_from_the_config_folder(tmp_path: Path, pki: Pki) -> None:
+    shutil.copy(pki.server_cert, tmp_path / "server.crt")
+    shutil.copy(pki.server_key, tmp_path / "server.key")
+    config = write(
+        tmp_path, "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+    )
+    assert load_web_config(config).tls is not None
+
+
+def test_inline_pem_certificate_and_key(tmp_path: Path, pki: Pki) -> None:
+    cert = pki.server_cert.read_text().replace("\n", "\n    ")
+    key = pki.server_key.read_text().replace("\n", "\n    ")
+    config = write(tmp_path, f"tls_server_config:\n  cert: |\n    {cert}\n  key: |\n    {key}\n")
+    assert load_web_config(config).tls is not None
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def healthz_answers(address: tuple[str, int], within_s: float) -> bool:
+    try:
+        conn = http.client.HTTPConnection(*address, timeout=within_s)
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+
+
+def test_healthz_answers_while_150_idle_connections_are_held() -> None:
+    # waitress's default limit (100) made the 101st connection wait in the backlog until an
+    # idle one timed out (120 s).
+    with serving(None) as server:
+        idle = [socket.create_connection(server.address) for _ in range(150)]
+        try:
+            time.sleep(0.5)
+            assert healthz_answers(server.address, within_s=5)
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_a_connection_sending_a_header_line_now_and_then_is_closed_when_idle() -> None:
+    limits = Limits(idle_timeout_s=1, cleanup_interval_s=0.5)
+    with serving(None, limits) as server, socket.create_connection(server.address) as slow:
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        slow.settimeout(10)
+        started = time.monotonic()
+        assert slow.recv(1024) == b""  # closed by the server, never answered
+        assert time.monotonic() - started < 5
+
+
+def test_the_default_limits_close_idle_connections_within_a_minute() -> None:
+    limits = Limits()
+    assert limits.connections >= 1000
+    assert limits.idle_timeout_s + limits.cleanup_interval_s <= 60
