@@ -289,3 +289,16 @@ def test_a_failed_reload_is_a_policy_invalid_error_naming_file_and_line() -> Non
     assert "and 7 more" in found.message
     silenced = parse_policy("version: 1\nfindings:\n  policy-invalid: {level: 'off'}\n", "p")
     assert policy_invalid(caught.value, silenced, "gpu-07") is None
+
+
+def test_policy_check_warns_when_source_unavailable_is_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("version: 1\nfindings:\n  source-unavailable: {level: 'off'}\n")
+    assert main(["policy", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{path}:3:31: findings.source-unavailable.level: warning: 'off' hides" in out
+    path.write_text("version: 1\nfindings:\n  source-unavailable: {level: WARN}\n")
+    assert main(["policy", "check", str(path)]) == 0
+    assert "warning" not in capsys.readouterr().out
