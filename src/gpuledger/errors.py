@@ -17,10 +17,27 @@
         └── PolicyError      a policy file that fails to parse or validate
 
 A ``SourceError`` is temporary (read again next tick); a ``UsageError`` is permanent (the
-user must change the input).
+user must change the input). How a command ends is an ``ExitCode``: every command returns one.
 """
 
 from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """What a command's exit status says (README, "Exit codes")."""
+
+    OK = 0
+    """Done (``check``: nothing at or above ``--exit-on``)."""
+    FOUND = 1
+    """``check``/``fleet check`` found something at or above ``--exit-on``; ``policy check``
+    found problems."""
+    FAILED = 1
+    """The same status, for a command that could not do its work: ``report`` could not read
+    Prometheus, ``demo`` could not start its node (an alias of ``FOUND``)."""
+    USAGE = 2
+    """A usage error: one message naming the flag, file or line, never a traceback."""
 
 
 class GpuledgerError(Exception):
