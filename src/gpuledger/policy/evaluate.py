@@ -6,15 +6,13 @@ state, and ``now`` is passed in, so idle-time rules are tested without sleeping.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from gpuledger.errors import PolicyError
 from gpuledger.model import (
-    AllocRef,
     Code,
     Finding,
     GpuProcess,
@@ -33,6 +31,18 @@ from gpuledger.model import (
 )
 from gpuledger.model.memo import TwoTicks
 from gpuledger.policy.rules import Policy, Rule
+from gpuledger.policy.wording import (
+    alloc_words,
+    exempt,
+    facts_subject,
+    human,
+    over,
+    owner,
+    res_owner,
+    res_subject,
+    subject,
+    who,
+)
 
 # Bound once: an enum member lookup costs ~0.1 µs on Python 3.11, per tenant.
 _OWN, _UNRESERVED, _UNMANAGED = Verdict.OWN, Verdict.UNRESERVED, Verdict.UNMANAGED
@@ -181,7 +191,7 @@ class _Plan:
         head = f"{facts.process or 'a process'} (pid "
         gpu, owner = unit.uuid, facts.owner
         key = (code.value, gpu, owner)
-        subject = {"pid": None, **_facts_subject(facts)}
+        subject = {"pid": None, **facts_subject(facts)}
         return cls(code, rule.level, gpu, owner, head, f"){what}", subject, key)
 
 
@@ -357,7 +367,7 @@ class _Judge:
         rule = self.rule(Code.UNRESERVED_TENANT, alloc.namespace, alloc.job, unit.profile)
         if facts.alloc_visible:
             what = (
-                f" of allocation {alloc.id} ({_alloc_words(alloc)}) runs on "
+                f" of allocation {alloc.id} ({alloc_words(alloc)}) runs on "
                 f"{unit.label}, which that allocation did not reserve"
             )
         else:
@@ -370,7 +380,7 @@ class _Judge:
     def unmanaged(self, unit: LedgerUnit, facts: TenantFacts) -> _Plan | None:
         """A host process or a non-Nomad container on a GPU, unless the policy exempts it."""
         rule = self.rule(Code.UNMANAGED_TENANT, None, None, unit.profile)
-        if _exempt(facts, rule):
+        if exempt(facts, rule):
             return None
         inside = (
             f"in {facts.container.runtime} container {facts.container.name!r}"
@@ -388,19 +398,19 @@ class _Judge:
         rule = self.rule(Code.SOURCE_UNAVAILABLE, ns, t.alloc.job, unit.profile)
         scope = f"namespace {ns!r}" if ns else "its namespace (no label tells which)"
         what = (
-            f"Nomad hid allocation {t.alloc.id} of {_who(t)} on {unit.label}: the token lacks "
+            f"Nomad hid allocation {t.alloc.id} of {who(t)} on {unit.label}: the token lacks "
             f'read-job on {scope}; grant it (namespace "{ns or "*"}" '
             '{ capabilities = ["read-job"] }) so the GPU can be judged'
         )
-        return self.finding(Code.SOURCE_UNAVAILABLE, rule, unit.uuid, _owner(t), what, _subject(t))
+        return self.finding(Code.SOURCE_UNAVAILABLE, rule, unit.uuid, owner(t), what, subject(t))
 
     def untraced(self, unit: LedgerUnit, t: Tenant, reason: Reason) -> Finding | None:
         """A process gpuledger cannot trace to its owner: the GPU cannot be judged."""
         why = _UNTRACED[reason]
-        what = f"{_who(t)} on {unit.label} {why}, so the GPU cannot be judged"
+        what = f"{who(t)} on {unit.label} {why}, so the GPU cannot be judged"
         if reason is Reason.NOMAD_LOOKUP and t.alloc is not None:
             what = (
-                f"{_who(t)} on {unit.label} {why} (allocation {t.alloc.id}), so the GPU "
+                f"{who(t)} on {unit.label} {why} (allocation {t.alloc.id}), so the GPU "
                 "cannot be judged"
             )
         rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None, unit.profile)
@@ -410,7 +420,7 @@ class _Judge:
             unit.uuid,
             f"source:{reason.value}",
             what,
-            {"source": reason.source.value, **_subject(t)},
+            {"source": reason.source.value, **subject(t)},
         )
 
     def runtime_off(self, unit: LedgerUnit, t: Tenant, reason: Reason) -> Finding | None:
@@ -424,7 +434,7 @@ class _Judge:
             return None
         label = _SOURCE_LABEL[reason.source]
         what = (
-            f"{_who(t)} on {unit.label} runs in a {label} container, but {label} is off, so "
+            f"{who(t)} on {unit.label} runs in a {label} container, but {label} is off, so "
             f"the GPU cannot be judged: pass {_RUNTIME_FLAGS[reason]}"
         )
         rule = self.rule(Code.SOURCE_UNAVAILABLE, None, None, unit.profile)
@@ -484,13 +494,13 @@ class _Judge:
         assert res is not None  # noqa: S101 - callers check
         rule = self.rule(code, res.namespace, res.job, unit.profile)
         lasted = self.now - began if began else None
-        if not _over(lasted, rule.after):
+        if not over(lasted, rule.after):
             return None
         how_long = (
-            f"for {_human(lasted)}" if lasted is not None else "for an unknown time (no --history)"
+            f"for {human(lasted)}" if lasted is not None else "for an unknown time (no --history)"
         )
         message = f"{unit.label} {what(rule)} {how_long}"
-        return self.finding(code, rule, unit.uuid, _res_owner(unit), message, _res_subject(unit))
+        return self.finding(code, rule, unit.uuid, res_owner(unit), message, res_subject(unit))
 
     def missing(self, device: MissingDevice) -> Finding | None:
         """A device Nomad reserved that the driver does not list: its use cannot be seen."""
@@ -502,9 +512,9 @@ class _Judge:
             "this node (a MIG instance destroyed under a running allocation, or a card gone): "
             "what the allocation does with it cannot be seen"
         )
-        subject = {"source": SourceName.GPU.value, "device": device.uuid, **_res_subject(device)}
+        subject = {"source": SourceName.GPU.value, "device": device.uuid, **res_subject(device)}
         return self.finding(
-            Code.SOURCE_UNAVAILABLE, rule, device.uuid, _res_owner(device), what, subject
+            Code.SOURCE_UNAVAILABLE, rule, device.uuid, res_owner(device), what, subject
         )
 
     def unlisted(self, proc: GpuProcess) -> Finding | None:
@@ -567,80 +577,3 @@ class _Judge:
             f"reaching {source} ({cap}): new encodes will fail"
         )
         return self.finding(Code.ENCODER_SATURATED, rule, gpu.uuid, "gpu", what, {})
-
-
-def _over(lasted: timedelta | None, after: timedelta) -> bool:
-    """Longer than ``after``; an unknown duration counts only when ``after`` is zero."""
-    if lasted is None:
-        return after == timedelta(0)
-    return lasted >= after if after == timedelta(0) else lasted > after
-
-
-def _human(span: timedelta | None) -> str:
-    seconds = int(span.total_seconds()) if span else 0
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes = rest // 60
-    parts = [
-        f"{days}d" if days else "",
-        f"{hours}h" if hours else "",
-        f"{minutes}m" if minutes and not days else "",
-    ]
-    return "".join(parts) or f"{seconds}s"
-
-
-def _exempt(t: TenantFacts, rule: Rule) -> bool:
-    """Whether ``unmanaged-tenant`` exempts this tenant by process, container name or label."""
-    if t.process and rule.ignores_process(t.process):
-        return True
-    if t.container is None:
-        return False
-    if rule.ignores_container(t.container.name):
-        return True
-    labels = t.container.labels
-    return any(
-        name in labels and fnmatch.fnmatchcase(labels[name], glob)
-        for name, glob in rule.ignore_labels.items()
-    )
-
-
-def _who(t: Tenant) -> str:
-    return f"{t.process or 'a process'} (pid {t.pid})"
-
-
-def _alloc_words(a: AllocRef) -> str:
-    task = f", task {a.task}" if a.task else ""
-    return f"job {a.job}{task}, namespace {a.namespace}"
-
-
-def _owner(t: Tenant) -> str:
-    """Identity without the PID: allocation and task, else container, else command name."""
-    return t.facts.owner
-
-
-def _subject(t: Tenant) -> dict[str, str | int | None]:
-    return {"pid": t.pid, **_facts_subject(t.facts)}
-
-
-def _facts_subject(t: TenantFacts) -> dict[str, str | int | None]:
-    subject: dict[str, str | int | None] = {"process": t.process}
-    if t.container is not None:
-        subject["container"] = t.container.id
-        subject["containerName"] = t.container.name
-    if t.alloc is not None:
-        subject.update(
-            alloc=t.alloc.id, namespace=t.alloc.namespace, job=t.alloc.job, task=t.alloc.task
-        )
-    return subject
-
-
-def _res_owner(unit: LedgerUnit | MissingDevice) -> str:
-    res = unit.reservation
-    return f"alloc:{res.id}/{res.task or ''}" if res else ""
-
-
-def _res_subject(unit: LedgerUnit | MissingDevice) -> dict[str, str | int | None]:
-    res = unit.reservation
-    if res is None:
-        return {}
-    return {"alloc": res.id, "namespace": res.namespace, "job": res.job, "task": res.task}

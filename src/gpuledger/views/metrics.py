@@ -74,18 +74,9 @@ def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetri
     return GaugeMetricFamily(name, doc, labels=labels, unit=unit)
 
 
-def _gpu_families(snap: Snapshot) -> Iterator[Metric]:
-    gpus = snap.ledger.gpus
-    info = InfoMetricFamily("gpuledger_gpu", "Each GPU of the node.", labels=["uuid"])
-    state = _gauge(
-        "gpuledger_gpu_state", "1 for the GPU's state, 0 for the others.", ["uuid", "state"]
-    )
-    since = _gauge(
-        "gpuledger_gpu_state_since_timestamp_seconds",
-        "Since when the GPU has been in its state (Unix time).",
-        ["uuid"],
-    )
-    readings: dict[str, tuple[GaugeMetricFamily, Callable[[Any], float | None]]] = {
+def _reading_families() -> dict[str, tuple[GaugeMetricFamily, Callable[[Any], float | None]]]:
+    """Each reading of a whole card, as a fresh family and how to read it from a ``Gpu``."""
+    return {
         "utilization_ratio": (
             _gauge("gpuledger_gpu_utilization_ratio", "GPU utilisation, 0 to 1.", ["uuid"]),
             lambda g: None if g.utilization_percent is None else g.utilization_percent / 100,
@@ -123,6 +114,20 @@ def _gpu_families(snap: Snapshot) -> Iterator[Metric]:
             lambda g: g.encoder_sessions,
         ),
     }
+
+
+def _gpu_families(snap: Snapshot) -> Iterator[Metric]:
+    gpus = snap.ledger.gpus
+    info = InfoMetricFamily("gpuledger_gpu", "Each GPU of the node.", labels=["uuid"])
+    state = _gauge(
+        "gpuledger_gpu_state", "1 for the GPU's state, 0 for the others.", ["uuid", "state"]
+    )
+    since = _gauge(
+        "gpuledger_gpu_state_since_timestamp_seconds",
+        "Since when the GPU has been in its state (Unix time).",
+        ["uuid"],
+    )
+    readings = _reading_families()
     for lgpu in gpus:
         uuid = lgpu.gpu.uuid
         info.add_metric([uuid], {"index": str(lgpu.gpu.index), "name": lgpu.gpu.name})
