@@ -1,1 +1,12 @@
-"""The node controller: the pure join, the loop and its history."""
+"""The controllers' loops and their effects: what reads, waits, writes and publishes.
+
+The pure work they drive is in ``gpuledger.core``; here is what it needs to run:
+
+- ``loop``: the node controller's fixed-rate loop, its retries, reload and snapshot
+- ``fleet_loop``: the fleet controller's sweep (discover, read, judge, reconcile) and its loop
+- ``meta_publisher``: the thread that keeps the node's ``gpuledger.*`` metadata in Nomad
+- ``node``: one reconcile of every source into a judged ledger (``ls``, ``check``, each tick)
+- ``sources``: one read of every source, in the order the join needs them
+- ``history_file``: the history file, its JSON both ways and its atomic write
+- ``clock``: time, passed in: wall time, monotonic time, a sleep to wake
+"""

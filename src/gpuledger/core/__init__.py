@@ -1,2 +1,9 @@
-"""The pure core: the node's join, the fleet's join, the history's arithmetic and the
-report's queries."""
+"""The pure core: every rule of the product as functions of plain values, time passed in.
+
+No module here reads a source, the clock or a file (import-linter forbids every I/O library):
+
+- ``node_join``: the node's join of desired and observed state on GPU UUID, and its memo
+- ``fleet_join``: the fleet's join of Nomad's GPU nodes with the node controllers read
+- ``history``: the history's arithmetic: since-whens, GPU-second counts, trails, dated findings
+- ``report_queries``: the PromQL ``gpuledger report`` asks, and the report made of the answers
+"""

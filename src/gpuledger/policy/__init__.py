@@ -1,1 +1,9 @@
-"""The policy: levels and thresholds of every finding code, loaded from YAML, evaluated purely."""
+"""The policy: levels and thresholds of every finding code, loaded from YAML, judged purely.
+
+- ``rules``: the policy as values: a rule per finding code, overrides scoped by match keys
+- ``load``: loading a policy from YAML, every problem reported by file, line and column
+- ``schema``: the policy's JSON Schema (``schema.json``), as validation and ``policy schema`` use it
+- ``globs``: globs that cannot match a name of their kind (a typo, not a rule)
+- ``evaluate``: the pure judge: a ledger, the since-whens and ``now`` in, findings out
+- ``wording``: how a finding words its subject, its owner and its spans
+"""
