@@ -33,7 +33,7 @@ from gpuledger.controller import history_file
 from gpuledger.controller.history import Change, GpuMark, History
 from gpuledger.model import GpuState
 from gpuledger.sim.consul_api import FakeConsul
-from gpuledger.sim.fleet import FleetSim, SimNode, make_nodes, mixed_nodes
+from gpuledger.sim.fleet_sim import FleetSim, SimNode, make_nodes, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.world import World, drift_phases, load_scenario
 from test_serve import GPULEDGER, Serve, eventually, gpuledger
