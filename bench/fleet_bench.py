@@ -1,6 +1,6 @@
 """Benchmarks of ``gpuledger fleet``: sweeps of a simulated fleet on loopback, and a baseline.
 
-In the same run, against the same simulated fleet (``sim/fleet.py``: node controllers of 4 or
+In the same run, against the same simulated fleet (``sim/fleet_sim.py``: node controllers of 4 or
 8 GPUs under path prefixes on one port, in a process of its own; its fake Nomad lists every
 node with its GPUs):
 
@@ -47,7 +47,7 @@ def node_like() -> None:
 
 def simulate(count: int, pipe: Connection) -> None:
     """The simulated fleet and its Nomad, in a process of their own; obeys the pipe."""
-    from gpuledger.sim.fleet import FleetSim, make_nodes  # noqa: PLC0415
+    from gpuledger.sim.fleet_sim import FleetSim, make_nodes  # noqa: PLC0415
     from gpuledger.sim.nomad_api import FakeNomad  # noqa: PLC0415
 
     sim = FleetSim(make_nodes(count, seed=1))

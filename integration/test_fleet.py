@@ -27,7 +27,7 @@ import requests
 
 from gpuledger.cli import main
 from gpuledger.sim.consul_api import FakeConsul
-from gpuledger.sim.fleet import FleetSim, SimNode, mixed_nodes
+from gpuledger.sim.fleet_sim import FleetSim, SimNode, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
 from integration.runtimes import missing
 from tests.fakes.nomad_acl import AclAccess

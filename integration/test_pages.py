@@ -32,7 +32,7 @@ from gpuledger.controller import history_file
 from gpuledger.model import GpuState
 from gpuledger.model.history_record import Change, GpuMark, History
 from gpuledger.sim.consul_api import FakeConsul
-from gpuledger.sim.fleet import FleetSim, SimNode, make_nodes, mixed_nodes
+from gpuledger.sim.fleet_sim import FleetSim, SimNode, make_nodes, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.world import World, drift_phases, load_scenario
 from integration.browser import DOCS, REGEN, Visit, watch

@@ -1,6 +1,6 @@
 """``gpuledger fleet ls | check`` through the real command line, against a simulated fleet.
 
-The fleet (``sim/fleet.py``'s mixed fleet) has healthy nodes and one node for each fault a
+The fleet (``sim/fleet_sim.py``'s mixed fleet) has healthy nodes and one node for each fault a
 controller can show: it hangs, answers 500, garbage, an HTML page, half a ledger, a ledger of
 schema 2, a redirect loop, a loop that stopped ticking, a node id Nomad does not know, or nothing
 at all (dead); a GPU node runs no controller; a node is down; one has no GPU. Expected statuses
@@ -22,7 +22,7 @@ import pytest
 
 from gpuledger.cli import main
 from gpuledger.sim.consul_api import FakeConsul
-from gpuledger.sim.fleet import FleetSim, SimNode, mixed_nodes
+from gpuledger.sim.fleet_sim import FleetSim, SimNode, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
 from tests.paths import GOLDEN
 

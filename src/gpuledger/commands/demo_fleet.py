@@ -1,6 +1,6 @@
 """``gpuledger demo --fleet``: a simulated fleet, watched by the real ``gpuledger fleet serve``.
 
-The simulated fleet (``sim/fleet.py``) serves many node controllers from this process, each on
+The simulated fleet (``sim/fleet_sim.py``) serves many node controllers from this process, each on
 its own loopback address, with Consul's health API and Nomad's node and service APIs beside
 them; some nodes misbehave in every way the fleet must report, one GPU node has no controller,
 one is down. ``gpuledger fleet serve`` runs as a child process, discovering through Consul as on
@@ -14,7 +14,7 @@ from typing import TextIO
 
 from gpuledger.commands.demo import port_free, run_watched
 from gpuledger.sim.consul_api import FakeConsul
-from gpuledger.sim.fleet import FleetSim, mixed_nodes
+from gpuledger.sim.fleet_sim import FleetSim, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
 
 FLEET_LISTEN = "127.0.0.1:9878"

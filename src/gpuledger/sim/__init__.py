@@ -1,1 +1,16 @@
-"""The simulated node: fake nvidia-smi, Nomad and Docker APIs and /proc. Imports only model."""
+"""The simulated node and fleet, for tests, benchmarks and the demo. Imports nothing of
+gpuledger's outside itself (an import-linter contract): a fake shares no code with what it fakes.
+
+- ``world``: a simulated node built from a scenario YAML (``scenarios/``), driving the fakes.
+- ``nvidia_smi``: the fake ``nvidia-smi`` (its queries, ``-L``, faults, captures) and its installer.
+- ``nvidia_smi_xml``: the fake ``nvidia-smi -q -x``, of the synthetic world or of a captured ``-q``.
+- ``proc``: a fake ``/proc`` tree (``cgroup``, ``cmdline``).
+- ``docker_api``: a fake Docker Engine (or Podman) API on a unix socket.
+- ``nomad_api``: the fake Nomad agent: its server, its scenario, and its requests' route table.
+- ``nomad_payloads``: the fake Nomad's JSON (allocations, jobs, the node, agent/self).
+- ``nomad_acls``: the fake Nomad's ACL strings, capabilities and token checks.
+- ``nomad_metadata``: the fake Nomad's dynamic node metadata (``/v1/client/metadata``).
+- ``fleet_sim``: a simulated fleet of node controllers served from one process.
+- ``fleet_payloads``: what the fleet's nodes answer (the ledger) and Consul's and Nomad's views.
+- ``consul_api``: a fake Consul agent's health API.
+"""

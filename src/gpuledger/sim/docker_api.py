@@ -3,8 +3,7 @@
 Serves what gpuledger and the docker SDK ask for: ``/_ping``, ``/version`` (unversioned and
 versioned), ``/containers/json`` and ``/containers/<id, prefix or name>/json``, with bodies
 shaped like the Engine API's (samples in ``tests/fixtures/containers``). Every other route is a 404.
-Only the standard library and ``gpuledger.model`` are used: a fake shares no code with the
-collector it fakes.
+Only the standard library is used: a fake shares no code with the collector it fakes.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ by header name, aliases and unknown fields per ``DIR/help-query-*.txt``). ``"cap
 reads a file of ``# nvidia-smi <args>`` sections (the legacy samples), or a bare
 ``--query-gpu`` CSV. A capture without a compute-apps section answers with no processes; one
 without a help text refuses the fields it lacks. Relative paths are relative to the state file.
+
+This module is the tool (its options, faults, queries and captures' replay) and its installer;
+``-q -x`` is ``sim/nvidia_smi_xml.py``'s.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from gpuledger.sim.nvidia_smi_xml import mig_devices, query_xml, word, xml_from_q
 
 ENV = "GPULEDGER_SIM_NVIDIA"
 
@@ -78,10 +83,6 @@ class _ExitError(Exception):
         self.err = err
 
 
-def _word(value: Any, yes: str, no: str) -> str | None:
-    return None if value is None else (yes if value else no)
-
-
 def _used(gpu: dict[str, Any], state: dict[str, Any]) -> Any:
     used = gpu.get("memory_used")
     if used is not None and state.get("legacy_fields"):
@@ -105,17 +106,17 @@ _GPU_COLUMNS: dict[str, tuple[str, Getter]] = {
     "temperature.gpu.tlimit": ("", lambda g, s: g.get("tlimit")),
     "clocks_event_reasons.hw_thermal_slowdown": (
         "",
-        lambda g, s: _word(g.get("hw_thermal_slowdown"), "Active", "Not Active"),
+        lambda g, s: word(g.get("hw_thermal_slowdown"), "Active", "Not Active"),
     ),
     "clocks_event_reasons.sw_thermal_slowdown": (
         "",
-        lambda g, s: _word(g.get("sw_thermal_slowdown"), "Active", "Not Active"),
+        lambda g, s: word(g.get("sw_thermal_slowdown"), "Active", "Not Active"),
     ),
     "encoder.stats.sessionCount": ("", lambda g, s: g.get("encoder_sessions")),
-    "mig.mode.current": ("", lambda g, s: _word(g.get("mig"), "Enabled", "Disabled")),
+    "mig.mode.current": ("", lambda g, s: word(g.get("mig"), "Enabled", "Disabled")),
     "mig.mode.pending": (
         "",
-        lambda g, s: _word(g.get("mig_pending", g.get("mig")), "Enabled", "Disabled"),
+        lambda g, s: word(g.get("mig_pending", g.get("mig")), "Enabled", "Disabled"),
     ),
 }
 _GPU_ALIASES = {"gpu_uuid": "uuid", "gpu_name": "name", "gpu_bus_id": "pci.bus_id"}
@@ -225,7 +226,7 @@ def _list_gpus(state: dict[str, Any], call: int = 1) -> str:
     lines = []
     for g in state["gpus"]:
         lines.append(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
-        devices = _mig_devices(g)
+        devices = mig_devices(g)
         if state.get("mig_relayout") and call % 2 == 0:
             # The layout changed since the last listing: the same UUIDs, other indexes.
             devices = devices[::-1]
@@ -235,196 +236,6 @@ def _list_gpus(state: dict[str, Any], call: int = 1) -> str:
             for i, d in enumerate(devices)
         ]
     return "".join(line + "\n" for line in lines)
-
-
-def _mig_devices(gpu: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(gpu.get("mig_devices", [])) if gpu.get("mig") else []
-
-
-# --------------------------------------------------------------------------- -q -x
-
-Xml = list[tuple[str, Any]]
-"""Elements as (tag, text or child elements); a tag "gpu id=…" carries its attribute."""
-
-
-def _xml(elements: Xml, depth: int = 1) -> str:
-    pad = "    " * depth
-    out = []
-    for tag, body in elements:
-        name = tag.split(" ", 1)[0]
-        if isinstance(body, list):
-            inner = _xml(body, depth + 1)
-            out.append(f"{pad}<{tag}>\n{inner}{pad}</{name}>\n" if body else f"{pad}<{tag} />\n")
-        else:
-            out.append(f"{pad}<{tag}>{_escape(body)}</{name}>\n")
-    return "".join(out)
-
-
-def _escape(value: Any) -> str:
-    text = "N/A" if value is None else str(value)
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _document(elements: Xml) -> str:
-    # The head of every -q -x the fixtures hold (xml-telegraf, DTD v12).
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n'
-        f"<nvidia_smi_log>\n{_xml(elements)}</nvidia_smi_log>\n"
-    )
-
-
-def _mib(value: Any) -> str | None:
-    return None if value is None else f"{value} MiB"
-
-
-def _query_xml(state: dict[str, Any]) -> str:
-    """``-q -x`` of the synthetic world: the elements gpuledger reads, where DTD v12 has them
-    (``<mig_devices>`` as in a100-sxm4-v12.xml, ``<process_info>`` as in rtx-3080-v12.xml)."""
-    gpus: Xml = []
-    for g in state["gpus"]:
-        mig = g.get("mig")
-        devices: Xml = [
-            (
-                "mig_device",
-                [
-                    ("index", i),
-                    ("gpu_instance_id", d.get("gi")),
-                    ("compute_instance_id", d.get("ci")),
-                    (
-                        "fb_memory_usage",
-                        [
-                            ("total", _mib(d.get("memory_total"))),
-                            ("reserved", "0 MiB"),
-                            ("used", _mib(d.get("memory_used"))),
-                        ],
-                    ),
-                ],
-            )
-            for i, d in enumerate(_mig_devices(g))
-        ]
-        processes: Xml = [
-            (
-                "process_info",
-                [
-                    ("gpu_instance_id", p.get("gpu_instance", 0) if mig else None),
-                    ("compute_instance_id", p.get("compute_instance", 0) if mig else None),
-                    ("pid", p["pid"]),
-                    ("type", "C"),
-                    ("process_name", p.get("name")),
-                    ("used_memory", _mib(p.get("used_memory"))),
-                ],
-            )
-            for p in state.get("processes", [])
-            if p["gpu"] == g["uuid"] and not p.get("vanishes") and not p.get("xml_hidden")
-        ]
-        gpus.append(
-            (
-                f'gpu id="{g.get("pci_bus_id", "00000000:00:00.0")}"',
-                [
-                    ("product_name", g["name"]),
-                    (
-                        "mig_mode",
-                        [
-                            ("current_mig", _word(mig, "Enabled", "Disabled")),
-                            (
-                                "pending_mig",
-                                _word(g.get("mig_pending", mig), "Enabled", "Disabled"),
-                            ),
-                        ],
-                    ),
-                    ("mig_devices", devices or "None"),
-                    ("uuid", g["uuid"]),
-                    ("processes", processes),
-                ],
-            )
-        )
-    head: Xml = [("driver_version", state.get("driver_version")), ("attached_gpus", len(gpus))]
-    return _document(head + gpus)
-
-
-_Q_LINE = re.compile(r"^( *)(\S.*?)(?:\s+: ?(.*))?$")
-_Q_TAGS = {
-    "Index": "index",
-    "GPU Instance ID": "gpu_instance_id",
-    "Compute Instance ID": "compute_instance_id",
-    "GPU instance ID": "gpu_instance_id",
-    "Compute instance ID": "compute_instance_id",
-    "Process ID": "pid",
-    "Type": "type",
-    "Name": "process_name",
-    "Used GPU Memory": "used_memory",
-    "Total": "total",
-    "Reserved": "reserved",
-    "Used": "used",
-    "Free": "free",
-}
-
-
-def _q_tree(text: str) -> list[tuple[str, str | None, list[Any]]]:
-    """The blocks of ``nvidia-smi -q`` text: (key, value, children), nested by indentation."""
-    root: list[tuple[str, str | None, list[Any]]] = []
-    stack: list[tuple[int, list[Any]]] = [(-1, root)]
-    for line in text.split("\n"):
-        found = _Q_LINE.match(line.rstrip())
-        if found is None or found.group(2).startswith("="):
-            continue
-        depth = len(found.group(1))
-        while stack[-1][0] >= depth:
-            stack.pop()
-        children: list[Any] = []
-        stack[-1][1].append((found.group(2), found.group(3), children))
-        stack.append((depth, children))
-    return root
-
-
-def _q_elements(nodes: list[tuple[str, str | None, list[Any]]]) -> Xml:
-    """A block's leaves and known sub-blocks, under the XML's names."""
-    out: Xml = []
-    for key, value, children in nodes:
-        tag = _Q_TAGS.get(key)
-        if tag is not None:
-            out.append((tag, value))
-            out += _q_elements(children)  # a Process ID's Type, Name and memory
-        elif key == "Shared FB Memory Usage":
-            out.append(("fb_memory_usage", _q_elements(children)))
-    return out
-
-
-def _xml_from_q(text: str) -> str:
-    """A captured ``-q`` text as ``-q -x`` shows the same facts (the captures hold no XML)."""
-    nodes = _q_tree(text)
-    head: Xml = [(("driver_version"), v) for k, v, _ in nodes if k == "Driver Version"]
-    for key, _, block in nodes:
-        if not key.startswith("GPU "):
-            continue
-        facts = {k: (v, c) for k, v, c in block}
-        mode = {k: v for k, v, _ in facts.get("MIG Mode", (None, []))[1]}
-        devices = [("mig_device", _q_elements(c)) for k, _, c in block if k == "MIG Device"]
-        processes: Xml = []
-        for tag, value in _q_elements(facts.get("Processes", (None, []))[1]):
-            if tag == "gpu_instance_id":
-                processes.append(("process_info", []))
-            processes[-1][1].append((tag, value))
-        head.append(
-            (
-                f'gpu id="{key.removeprefix("GPU ")}"',
-                [
-                    ("product_name", facts.get("Product Name", (None, []))[0]),
-                    (
-                        "mig_mode",
-                        [
-                            ("current_mig", mode.get("Current")),
-                            ("pending_mig", mode.get("Pending")),
-                        ],
-                    ),
-                    ("mig_devices", devices or "None"),
-                    ("uuid", facts.get("GPU UUID", (None, []))[0]),
-                    ("processes", processes),
-                ],
-            )
-        )
-    return _document(head)
 
 
 # --------------------------------------------------------------------------- captures
@@ -627,7 +438,7 @@ def _answer(argv: Sequence[str], state: dict[str, Any], base: Path) -> str:
     if "q" in options and "x" in options:
         if state.get("xml_fault") == "garbage":
             return "<nvidia_smi_log><gpu><uuid>GPU-\x00</gpu>\n"
-        return _xml_from_q(capture.q_text) if capture else _query_xml(state)
+        return xml_from_q(capture.q_text) if capture else query_xml(state)
     fmt = _parse_format(options.get("--format"))
     if options.get("--query-gpu"):
         names = str(options["--query-gpu"]).split(",")
@@ -683,13 +494,18 @@ def main() -> int:
 def install_fake_nvidia_smi(directory: Path, state_file: Path) -> Path:
     """Write an executable ``directory/nvidia-smi`` that runs this fake on ``state_file``."""
     path = directory / "nvidia-smi"
-    # The script by its path, without site: `-m gpuledger.sim.nvidia_smi` would import the
-    # package (importlib.metadata) and triple the cost of every call a test makes.
-    script = Path(__file__).resolve()
+    # Without site (-S): `-m gpuledger.sim.nvidia_smi` would import it and the installation's
+    # finders and triple the cost of every call a test makes. The directory that holds the
+    # package goes last on the path instead: this module imports its -q -x from the package.
+    root = Path(__file__).resolve().parents[2]
+    program = (
+        f"import sys; sys.path.append({str(root)!r}); "
+        "from gpuledger.sim.nvidia_smi import main; sys.exit(main())"
+    )
     path.write_text(
         "#!/bin/sh\n"
         f"GPULEDGER_SIM_NVIDIA={shlex.quote(str(state_file))} "
-        f'exec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(script))} "$@"\n',
+        f'exec {shlex.quote(sys.executable)} -I -S -c {shlex.quote(program)} "$@"\n',
         encoding="utf-8",
     )
     path.chmod(0o755)

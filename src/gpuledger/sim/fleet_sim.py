@@ -14,12 +14,15 @@ ledger, a ledger of ``"schema": 2``, a redirect loop, a loop that stopped tickin
 node id Nomad does not know, or no answer at all (dead). ``consul_entries``, ``nomad_nodes`` and
 ``nomad_services`` describe the same fleet as Consul's health API and Nomad's node and service
 APIs do (``sim/consul_api.py``, ``sim/nomad_api.py`` serve them).
+
+This module holds the nodes (:class:`SimNode`, :class:`SimGpu`), how a fleet is made
+(:func:`make_nodes`, :func:`mixed_nodes`) and the server (:class:`FleetSim`); the documents
+they answer, the ledger and Consul's and Nomad's views, are ``sim/fleet_payloads.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import random
 import socket
@@ -29,10 +32,20 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from typing import Any, Literal
 
 from aiohttp import web
+
+from gpuledger.sim.fleet_payloads import (
+    CARDS,
+    consul_entry,
+    iso,
+    ledger_doc,
+    ledger_etag,
+    nomad_registration,
+    nomad_stub,
+    sim_uuid,
+)
 
 Fault = Literal[
     "hang",
@@ -51,7 +64,6 @@ FAULTS: tuple[Fault, ...] = (
     "unknown-id", "dead",
 )  # fmt: skip
 
-SIM_VERSION = "0.1.0"
 JOBS = (
     ("research", "train-llm", "trainer"),
     ("research", "sweep", "trial"),
@@ -59,16 +71,7 @@ JOBS = (
     ("batch", "etl-nightly", "embed"),
     ("inference", "serve-llm", "vllm"),
 )
-CARDS = {"NVIDIA H200": 143771, "NVIDIA H100 80GB HBM3": 81559, "NVIDIA L40S": 46068}
 
-
-def _uuid(*parts: object) -> str:
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
-    return f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-8{digest[17:20]}-{digest[20:32]}"
-
-
-def _iso(at: float) -> str:
-    return datetime.fromtimestamp(at, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 @dataclass
@@ -106,124 +109,6 @@ class SimNode:
     phase: float = 0.0
 
 
-# --------------------------------------------------------------------------- the ledger
-
-
-def _alloc_id(node: SimNode, gpu: SimGpu) -> str:
-    return _uuid(node.node_id, "alloc", gpu.job, gpu.index // 2)
-
-
-def _tenant(node: SimNode, gpu: SimGpu) -> dict[str, Any]:
-    namespace, job, task = gpu.job or ("default", "stray", "main")
-    alloc = {"id": _alloc_id(node, gpu), "namespace": namespace, "job": job, "group": job,
-             "task": task}  # fmt: skip
-    if gpu.tenant == "unmanaged":
-        return {"pid": 7000 + gpu.index, "process": "python3", "command": "python3 notebook.py",
-                "usedMemoryMiB": 9000, "container": None, "alloc": None, "allocFromName": False,
-                "allocVisible": False, "verdict": "unmanaged", "reason": None}  # fmt: skip
-    cid = hashlib.sha256(f"{node.name}/{gpu.index}".encode()).hexdigest()
-    return {
-        "pid": 40000 + 10 * gpu.index + node.generation % 7,
-        "process": "python3",
-        "command": f"python3 {task}.py --epochs 40 --api-key ***",
-        "usedMemoryMiB": int(gpu.utilization * 1000),
-        "container": {"id": cid, "name": f"{task}-{alloc['id']}", "runtime": "docker"},
-        "alloc": alloc,
-        "allocFromName": False,
-        "allocVisible": True,
-        "verdict": gpu.tenant,
-        "reason": None,
-    }
-
-
-def _gpu_doc(node: SimNode, gpu: SimGpu) -> dict[str, Any]:
-    reservation = None
-    if gpu.job is not None and gpu.tenant != "unreserved":
-        namespace, job, task = gpu.job
-        reservation = {"allocId": _alloc_id(node, gpu), "namespace": namespace, "job": job,
-                       "group": job, "task": task}  # fmt: skip
-    busy = gpu.tenant is not None
-    return {
-        "index": gpu.index,
-        "uuid": gpu.uuid,
-        "name": gpu.card,
-        "state": gpu.state,
-        "stateSince": _iso(gpu.since),
-        "utilizationPercent": round(gpu.utilization, 1),
-        "memoryUsedMiB": int(gpu.utilization * 1000) if busy else 0,
-        "memoryTotalMiB": CARDS[gpu.card],
-        "temperatureC": 35 + int(gpu.utilization / 3),
-        "thermalMarginC": 50 - int(gpu.utilization / 3),
-        "thermalSlowdown": False,
-        "encoderSessions": 0,
-        "encoderSessionCap": None,
-        "reservation": reservation,
-        "tenants": [_tenant(node, gpu)] if busy else [],
-    }
-
-
-def _finding(node: SimNode, gpu: SimGpu, code: str, level: str, message: str,
-             subject: dict[str, Any], since: float) -> dict[str, Any]:  # fmt: skip
-    return {"code": code, "level": level, "gpu": gpu.uuid, "node": node.name, "message": message,
-            "subject": subject, "since": _iso(since)}  # fmt: skip
-
-
-_TENANT_FINDINGS = {
-    "unreserved": ("unreserved-tenant", "BAD"),
-    "unmanaged": ("unmanaged-tenant", "WARN"),
-}
-
-
-def _findings(node: SimNode, at: float) -> list[dict[str, Any]]:
-    """The node's own findings (its own policy's; the fleet judges again with its own)."""
-    found = []
-    for gpu in node.gpus:
-        kind = _TENANT_FINDINGS.get(gpu.tenant or "")
-        if kind is not None:
-            t = _tenant(node, gpu)
-            code, level = kind
-            message = f"{t['process']} (pid {t['pid']}) runs on GPU {gpu.index}"
-            subject = {"pid": t["pid"], "process": t["process"]}
-            if t["container"]:  # the subject a node gives a tenant in a Nomad task's container
-                alloc = t["alloc"]
-                subject.update(
-                    container=t["container"]["id"],
-                    containerName=t["container"]["name"],
-                    alloc=alloc["id"],
-                    namespace=alloc["namespace"],
-                    job=alloc["job"],
-                    task=alloc["task"],
-                )
-            found.append(_finding(node, gpu, code, level, message, subject, gpu.since))
-        elif gpu.state == "reserved-idle" and at - gpu.since > 6 * 3600 and gpu.job:
-            namespace, job, task = gpu.job
-            subject = {"alloc": _alloc_id(node, gpu), "namespace": namespace, "job": job,
-                       "task": task}  # fmt: skip
-            message = f"GPU {gpu.index} is reserved by job {job} and idle"
-            found.append(_finding(node, gpu, "reserved-idle", "WARN", message, subject,
-                                  gpu.since + 6 * 3600))  # fmt: skip
-    return found
-
-
-def ledger_doc(node: SimNode, at: float) -> dict[str, Any]:
-    """The ``/ledger`` document a node controller would answer now (README, JSON contract)."""
-    sources = {name: {"ok": True, "error": None, "enabled": True}
-               for name in ("gpu", "procfs", "docker", "podman", "nomad")}  # fmt: skip
-    node_id = _uuid(node.node_id, "unknown") if node.fault == "unknown-id" else node.node_id
-    doc: dict[str, Any] = {
-        "schema": 1,
-        "node": {"name": node.name, "nomadNodeId": node_id, "version": SIM_VERSION},
-        "at": _iso(at),
-        "sources": sources,
-        "gpus": [_gpu_doc(node, g) for g in node.gpus],
-        "findings": _findings(node, at),
-    }
-    if node.fault == "schema-2":
-        # A later contract: the same identity block, GPUs moved elsewhere.
-        doc = {"schema": 2, "node": doc["node"], "at": doc["at"], "devices": {"gpu": doc["gpus"]}}
-    return doc
-
-
 # --------------------------------------------------------------------------- making a fleet
 
 
@@ -244,7 +129,7 @@ def _gpus(rng: random.Random, node_id: str, count: int, now: float) -> list[SimG
             gpu = SimGpu(i, "", card, "unaccounted", since, rng.uniform(10, 60), job, "unreserved")
         else:
             gpu = SimGpu(i, "", card, "unaccounted", since, rng.uniform(10, 60), None, "unmanaged")
-        gpu.uuid = "GPU-" + _uuid(node_id, "gpu", i)
+        gpu.uuid = "GPU-" + sim_uuid(node_id, "gpu", i)
         gpus.append(gpu)
     return gpus
 
@@ -255,7 +140,7 @@ def make_nodes(count: int, seed: int = 0, now: float | None = None) -> list[SimN
     start = time.time() if now is None else now
     nodes = []
     for i in range(count):
-        node_id = _uuid(seed, "node", i)
+        node_id = sim_uuid(seed, "node", i)
         gpus = _gpus(rng, node_id, rng.choice((8, 8, 8, 4)), start)
         nodes.append(SimNode(f"gpu-{i:05d}", node_id, gpus, phase=rng.uniform(0, 15)))
     return nodes
@@ -464,12 +349,12 @@ class FleetSim:
         if request.match_info["doc"] != "ledger":
             return web.Response(status=404, text="not found: try /ledger\n")
         tick = self.tick_of(node)
-        headers = {"X-Gpuledger-Tick": _iso(tick), "X-Gpuledger-Interval": f"{node.interval:g}",
+        headers = {"X-Gpuledger-Tick": iso(tick), "X-Gpuledger-Interval": f"{node.interval:g}",
                    "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}  # fmt: skip
         faulty = await self._fault(node, request, headers)
         if faulty is not None:
             return faulty
-        headers["ETag"] = etag = _etag(node, tick)
+        headers["ETag"] = etag = ledger_etag(node, tick)
         if etag in request.headers.get("If-None-Match", ""):
             return web.Response(status=304, headers=headers)
         return web.Response(body=self._render(node, tick), content_type="application/json",
@@ -478,12 +363,12 @@ class FleetSim:
     def _render(self, node: SimNode, tick: float) -> bytes:
         """The ledger's body: rendered once per content, its ``at`` put in at each tick (ten
         thousand nodes are rendered by one process)."""
-        key = (node.generation, _etag(node, tick))
+        key = (node.generation, ledger_etag(node, tick))
         kept = self._rendered.get(node.name)
         if kept is None or kept.key != key:
-            template = json.dumps(ledger_doc(node, tick)).replace(_iso(tick), "\x00at\x00")
+            template = json.dumps(ledger_doc(node, tick)).replace(iso(tick), "\x00at\x00")
             kept = self._rendered[node.name] = _Rendered(key, template.encode())
-        return kept.body.replace(b"\x00at\x00", _iso(tick).encode())
+        return kept.body.replace(b"\x00at\x00", iso(tick).encode())
 
     async def _fault(
         self, node: SimNode, request: web.Request, headers: dict[str, str]
@@ -512,12 +397,12 @@ class FleetSim:
     def consul_entries(self, service: str = "gpuledger") -> list[dict[str, Any]]:
         """``/v1/health/service/<service>`` (unfiltered) for the nodes that run a controller,
         shaped as Consul's docs sample (``tests/fixtures/consul``)."""
-        return [_consul_entry(n, service, self.port, i) for i, n in enumerate(self.nodes.values())
+        return [consul_entry(n, service, self.port, i) for i, n in enumerate(self.nodes.values())
                 if n.controller]  # fmt: skip
 
     def nomad_nodes(self, resources: bool) -> list[dict[str, Any]]:
         """``/v1/nodes`` stubs of every node (with ``NodeResources`` when asked)."""
-        return [_nomad_stub(n, resources) for n in self.nodes.values()][: self.nomad_limit]
+        return [nomad_stub(n, resources) for n in self.nodes.values()][: self.nomad_limit]
 
     def nomad_nodes_json(self, resources: bool) -> bytes:
         """The same, encoded once per view: what Nomad knows of a node does not drift here."""
@@ -529,7 +414,7 @@ class FleetSim:
     def nomad_services(self, service: str = "gpuledger") -> list[dict[str, Any]]:
         """``/v1/service/<service>`` registrations of the nodes whose controller answers or
         just died (a dead one's registration outlives it until its allocation stops)."""
-        return [_registration(n, service, self.port) for n in self.nodes.values()
+        return [nomad_registration(n, service, self.port) for n in self.nodes.values()
                 if n.controller]  # fmt: skip
 
 
@@ -551,83 +436,11 @@ async def _cancel_the_rest() -> None:
     await asyncio.gather(*rest, return_exceptions=True)
 
 
-def _etag(node: SimNode, at: float) -> str:
-    """An entity tag of what the node's ledger says, not when: everything it says changes
-    with ``generation`` but its reserved-idle findings, which open as time passes."""
-    overdue = tuple(g.index for g in node.gpus if g.state == "reserved-idle"
-                    and at - g.since > 6 * 3600)  # fmt: skip
-    said = f"{node.name}/{node.generation}/{node.fault}/{overdue}".encode()
-    return f'"{hashlib.sha256(said).hexdigest()[:32]}"'
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
     return port
-
-
-def _consul_entry(node: SimNode, service: str, port: int, n: int) -> dict[str, Any]:
-    # Every other instance leaves Service.Address empty: it is then the node's address.
-    service_address = "" if n % 2 else node.address
-    check = "passing" if node.consul_passing else "critical"
-    return {
-        "Node": {"ID": _uuid(node.node_id, "consul"), "Node": node.name, "Address": node.address,
-                 "Datacenter": "dc1", "TaggedAddresses": {"lan": node.address,
-                 "wan": node.address}, "Meta": {"instance_type": "gpu"}},
-        "Service": {"ID": f"{service}-{node.name}", "Service": service, "Tags": ["gpuledger"],
-                    "Address": service_address,
-                    "TaggedAddresses": {"lan": {"address": node.address, "port": port}},
-                    "Meta": {"version": SIM_VERSION, "nomad_node_id": node.node_id},
-                    "Port": port,
-                    "Weights": {"Passing": 1, "Warning": 1}, "Namespace": "default"},
-        "Checks": [
-            {"Node": node.name, "CheckID": f"service:{service}-{node.name}",
-             "Name": f"Service '{service}' check", "Status": check, "Notes": "",
-             "Output": "HTTP GET /healthz: 200 OK", "ServiceID": f"{service}-{node.name}",
-             "ServiceName": service, "ServiceTags": ["gpuledger"], "Namespace": "default"},
-            {"Node": node.name, "CheckID": "serfHealth", "Name": "Serf Health Status",
-             "Status": "passing", "Notes": "", "Output": "Agent alive and reachable",
-             "ServiceID": "", "ServiceName": "", "ServiceTags": [], "Namespace": "default"},
-        ],
-    }  # fmt: skip
-
-
-def _nomad_stub(node: SimNode, resources: bool) -> dict[str, Any]:
-    stub: dict[str, Any] = {
-        "Address": node.address, "ID": node.node_id, "Datacenter": "dc1", "Name": node.name,
-        "NodeClass": "gpu" if node.gpus else "", "NodePool": "default", "Version": "1.11.3",
-        "Drain": False, "SchedulingEligibility": "eligible", "Status": node.nomad_status,
-        "StatusDescription": "", "Drivers": {"docker": {"Detected": True, "Healthy": True}},
-        "HostVolumes": None, "LastDrain": None, "CreateIndex": 7, "ModifyIndex": 12,
-    }  # fmt: skip
-    if resources:
-        groups: dict[str, list[str]] = {}
-        for gpu in node.gpus:
-            groups.setdefault(gpu.card, []).append(gpu.uuid)
-        devices = [
-            {"Vendor": "nvidia", "Type": "gpu", "Name": card,
-             "Attributes": {"memory": {"Int": CARDS[card], "Unit": "MiB"}},
-             "Instances": [{"ID": uuid, "Healthy": True, "HealthDescription": "",
-                            "Locality": {"PciBusID": f"00000000:{18 + i:02X}:00.0"}}
-                           for i, uuid in enumerate(ids)]}
-            for card, ids in groups.items()
-        ]  # fmt: skip
-        stub["NodeResources"] = {"Cpu": {"CpuShares": 64000}, "Memory": {"MemoryMB": 515000},
-                                 "Disk": {"DiskMB": 900000}, "Networks": None,
-                                 "Devices": devices or None}  # fmt: skip
-        stub["ReservedResources"] = {"Cpu": {"CpuShares": 0}, "Memory": {"MemoryMB": 0}}
-    return stub
-
-
-def _registration(node: SimNode, service: str, port: int) -> dict[str, Any]:
-    alloc = _uuid(node.node_id, "gpuledger-alloc")
-    return {
-        "Address": node.address, "AllocID": alloc, "CreateIndex": 14, "Datacenter": "dc1",
-        "ID": f"_nomad-task-{alloc}-gpuledger-{service}-http", "JobID": "gpuledger",
-        "ModifyIndex": 24, "Namespace": "default", "NodeID": node.node_id, "Port": port,
-        "ServiceName": service, "Tags": ["gpuledger"],
-    }  # fmt: skip
 
 
 __all__ = ["FAULTS", "FleetSim", "SimGpu", "SimNode", "ledger_doc", "make_nodes", "mixed_nodes"]
