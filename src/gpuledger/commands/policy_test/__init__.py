@@ -28,6 +28,11 @@ into the file.
 
 Exit 0 when every case passes, 1 when one fails; a test file (or its policy) that does not
 validate is a usage error (exit 2) listing every problem as ``FILE:LINE:COLUMN: key: what``.
+
+- ``suite``: reading a test file: its schema, its policy, and what a schema cannot check
+- ``suite_schema``: the JSON Schema of a test file, built from the model's own names
+- ``case_ledgers``: the ledger each case is judged on (inline, or a simulated scenario)
+- ``compare``: the findings expected against those given, as a unified diff
 """
 
 from __future__ import annotations

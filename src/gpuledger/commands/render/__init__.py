@@ -1,9 +1,12 @@
 """``gpuledger render``: the Nomad job specs from Helm-like values, as ``helm template`` does.
 
-``values.py`` merges and checks the values (``helm_set.py`` reads ``--set``), ``jobs.py`` renders
-the templates in ``templates/``. ``values.yaml`` and ``values.schema.json`` here are the ones
-gpuledger uses; the copies at the top of the repository are for reading, and a test keeps them
-the same.
+- ``values_file``: the built-in values, ``-f`` files and ``--set`` lines merged as Helm merges
+  them, and checked (the schema's and the cross-key checks), each problem by file and line
+- ``helm_set``: Helm's ``--set`` and ``--set-string`` syntax, read exactly as Helm reads it
+- ``jobs``: the Nomad job specs, rendered from checked values with the templates in ``templates/``
+
+``values.yaml`` and ``values.schema.json`` here are the ones gpuledger uses; the copies at the
+top of the repository are for reading, and a test keeps them the same.
 """
 
 from __future__ import annotations
