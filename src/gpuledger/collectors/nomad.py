@@ -36,14 +36,13 @@ from gpuledger.collectors.client_tls import (
     read_token_file,
     tls_failure,
 )
-from gpuledger.errors import ConfigError, SourceError
+from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.text import excerpt, is_text
 
 __all__ = ["NomadApi", "NomadReader", "NomadSettings", "parse_allocation", "settings_from_env"]
 
-SOURCE = "nomad"
 DEFAULT_ADDR = "http://127.0.0.1:4646"
 
 # The scheme python-nomad is given for a unix:// address: requests only routes URLs that start
@@ -367,7 +366,7 @@ class NomadApi:
         if settings.token_file is not None:
             token = read_token_file(
                 settings.token_file,
-                SOURCE,
+                SourceName.NOMAD,
                 "check that the file exists and is readable (Nomad rewrites it on rotation)",
             )
         self._token = token
@@ -386,7 +385,7 @@ class NomadApi:
         return text
 
     def _error(self, message: str, hint: str) -> SourceError:
-        return SourceError(SOURCE, self._redact(message), self._redact(hint))
+        return SourceError(SourceName.NOMAD, self._redact(message), self._redact(hint))
 
     # ---------------------------------------------------------------- calls
 

@@ -4,7 +4,7 @@ Both backends return the same :class:`~gpuledger.model.GpuReading` for the same 
 (ARCHITECTURE.md, "Facts that shape the code"): memory in MiB rounded up as nvidia-smi rounds
 NVML's bytes, ``None`` wherever the driver says ``[N/A]``, ``[Not Supported]`` or
 ``[Not Found]`` (never 0), processes under the parent GPU's UUID. Every failure becomes a
-``SourceError("gpu", …)``.
+``SourceError`` of ``SourceName.GPU``.
 """
 
 from __future__ import annotations
@@ -30,12 +30,11 @@ from gpuledger.collectors.nvidia_mig import (
     place_listed,
     place_on_instances,
 )
-from gpuledger.errors import SourceError
+from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import Gpu, GpuProcess, GpuReading, MigInstance
 
 Backend = Literal["auto", "nvml", "nvidia-smi"]
 
-SOURCE = "gpu"
 _MIB = 1024 * 1024
 
 # What every driver gpuledger supports knows (R410 on; README, "Compatibility"): every other
@@ -179,7 +178,7 @@ class NvidiaSmi:
             rows = self._query(_GPU_FIELDS)
         except _InvalidFieldError as e:
             raise SourceError(
-                SOURCE,
+                SourceName.GPU,
                 f"nvidia-smi at {self.path} does not know the field {e.field!r}",
                 "This driver is too old for gpuledger: upgrade it, or use --gpu-backend nvml.",
             ) from None
@@ -214,18 +213,18 @@ class NvidiaSmi:
             )
         except FileNotFoundError:
             raise SourceError(
-                SOURCE, f"nvidia-smi not found at {self.path}", _MISSING_SMI_HINT
+                SourceName.GPU, f"nvidia-smi not found at {self.path}", _MISSING_SMI_HINT
             ) from None
         except OSError as e:
             raise SourceError(
-                SOURCE, f"cannot run {self.path}: {e.strerror}", _MISSING_SMI_HINT
+                SourceName.GPU, f"cannot run {self.path}: {e.strerror}", _MISSING_SMI_HINT
             ) from None
         try:
             out, err = proc.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             raise SourceError(
-                SOURCE,
+                SourceName.GPU,
                 f"nvidia-smi did not answer within {self.timeout:g} s and was killed",
                 "A wedged driver or a node without persistence mode makes nvidia-smi hang: run "
                 "it by hand, check `dmesg` for Xid errors, enable nvidia-persistenced.",
@@ -260,7 +259,7 @@ def _smi_failure(status: int, text: str) -> SourceError:
         found = _BUS_ID.search(text)
         where = f"GPU {found.group(1)}" if found else "a GPU"
         _, hint = _DRIVER_PROBLEMS[_GPU_IS_LOST]
-        return SourceError(SOURCE, f"{where} is lost: nvidia-smi says {first!r}", hint)
+        return SourceError(SourceName.GPU, f"{where} is lost: nvidia-smi says {first!r}", hint)
     if "couldn't communicate with the NVIDIA driver" in text:
         status = _DRIVER_NOT_LOADED
     elif "version mismatch" in text:
@@ -272,7 +271,7 @@ def _smi_failure(status: int, text: str) -> SourceError:
             f"Run `nvidia-smi {_APPS_QUERY}` by hand and look at what it prints.",
         ),
     )
-    return SourceError(SOURCE, f"{problem}: nvidia-smi says {first!r}", hint)
+    return SourceError(SourceName.GPU, f"{problem}: nvidia-smi says {first!r}", hint)
 
 
 def _cell(text: str) -> str | None:
@@ -299,7 +298,7 @@ def _records(text: str) -> Iterator[str]:
 
 
 def _unparsable(what: object) -> SourceError:
-    return SourceError(SOURCE, f"cannot parse nvidia-smi output: {what}", _PARSE_HINT)
+    return SourceError(SourceName.GPU, f"cannot parse nvidia-smi output: {what}", _PARSE_HINT)
 
 
 def parse_csv(text: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
@@ -438,7 +437,7 @@ class Nvml:
                 self._nv = importlib.import_module("pynvml")
             except ImportError:
                 self._error = SourceError(
-                    SOURCE,
+                    SourceName.GPU,
                     "the Python module pynvml is not installed",
                     "Install nvidia-ml-py (not the unofficial 'pynvml' package), or use "
                     "--gpu-backend nvidia-smi.",
@@ -458,7 +457,7 @@ class Nvml:
         if self._nv is not None and self._error is None:
             with contextlib.suppress(self._nv.NVMLError):
                 self._nv.nvmlShutdown()
-            self._error = SourceError(SOURCE, "NVML was closed", "Open a new backend.")
+            self._error = SourceError(SourceName.GPU, "NVML was closed", "Open a new backend.")
 
     def read(self) -> GpuReading:
         """Every GPU and its compute processes, as NVML reports them now."""
@@ -521,7 +520,7 @@ class Nvml:
             raise _nvml_failure(e, f"NVML cannot read {where}") from None
         except nv.NVMLLibraryMismatchError as e:
             raise SourceError(
-                SOURCE,
+                SourceName.GPU,
                 f"NVML cannot read {where}: {e}",
                 "The installed nvidia-ml-py is newer than the driver: install a matching "
                 "nvidia-ml-py, or use --gpu-backend nvidia-smi.",
@@ -629,7 +628,7 @@ class Nvml:
         lists = listings()
         if lists[-1][1] is None and any(listed is None for _, listed in lists[:-1]):
             raise SourceError(
-                SOURCE,
+                SourceName.GPU,
                 f"NVML refused to list the processes of GPU {card}'s MIG instances",
                 "Run gpuledger as root, or with NVIDIA_MIG_MONITOR_DEVICES=all in a container.",
             )
@@ -690,7 +689,7 @@ def _nvml_failure(error: Any, what: str) -> SourceError:
         error.value,
         (str(error), "Run `nvidia-smi` by hand; if it fails too, check the driver (`dmesg`)."),
     )
-    return SourceError(SOURCE, f"{what}: {problem} ({error})", hint)
+    return SourceError(SourceName.GPU, f"{what}: {problem} ({error})", hint)
 
 
 def open_backend(
