@@ -30,7 +30,7 @@ from typing import Any
 
 from nomad.api.base import Requester
 
-from gpuledger.collectors.nomad import Call, NomadApi, NomadSettings
+from gpuledger.collectors.nomad_transport import Call, NomadApi, NomadSettings
 from gpuledger.errors import SourceError, SourceName, UnsupportedSourceError
 from gpuledger.model.text import excerpt, is_text
 

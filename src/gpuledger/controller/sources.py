@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from gpuledger.collectors.nomad import NomadReader, NomadSettings
+from gpuledger.collectors.nomad import NomadReader
+from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.collectors.nvidia import Backend, open_backend
 from gpuledger.collectors.procfs import read_processes
 from gpuledger.collectors.runtimes import RuntimeClient

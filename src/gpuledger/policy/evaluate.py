@@ -105,8 +105,7 @@ def source_unavailable(
     policy: Policy, node: str, source: SourceName, label: str, error: str | None, hint: str | None
 ) -> Finding | None:
     """The ``source-unavailable`` finding of a source (or the node metadata publisher) that
-    failed: ``<label> unavailable: <error> (<hint>)``, owned by ``source:<source>`` (the
-    source's wire value is taken too)."""
+    failed: ``<label> unavailable: <error> (<hint>)``, owned by ``source:<source>``."""
     rule = policy.rule(Code.SOURCE_UNAVAILABLE, node)
     if rule.level is None:
         return None
