@@ -97,7 +97,7 @@ def measure(targets: list[str], nomad_url: str, sim: Connection, out: Connection
     """The fleet's sweeps and memory, in a process of their own."""
     node_like()
     from gpuledger.collectors.ledgers import LedgerReader  # noqa: PLC0415
-    from gpuledger.collectors.nomad import NomadSettings  # noqa: PLC0415
+    from gpuledger.collectors.nomad_transport import NomadSettings  # noqa: PLC0415
     from gpuledger.commands.fleet import Discover, FleetOptions, fleet_config  # noqa: PLC0415
     from gpuledger.controller.fleet_loop import FleetController  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415

@@ -11,8 +11,8 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from gpuledger.collectors.nvidia import parse_compute_apps, parse_csv
 from gpuledger.collectors.nvidia_mig import parse_list_gpus, parse_query_xml
+from gpuledger.collectors.nvidia_smi_reader import parse_compute_apps, parse_csv
 from gpuledger.errors import SourceError
 
 KIB = 1024

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuledger.collectors.nomad import NomadSettings
+from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.commands.demo import world_config
 from gpuledger.controller.loop import NodeController
 from gpuledger.controller.sources import Sources

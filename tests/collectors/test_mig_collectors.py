@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpuledger.collectors.nvidia import NvidiaSmi, Nvml
 from gpuledger.collectors.nvidia_mig import ListedMig, parse_list_gpus, parse_query_xml
+from gpuledger.collectors.nvidia_smi_reader import NvidiaSmi
+from gpuledger.collectors.nvml import Nvml
 from gpuledger.errors import SourceError
 from gpuledger.model import GpuProcess, GpuReading, MigInstance
 from tests.fakes.fake_pynvml import FakePynvml

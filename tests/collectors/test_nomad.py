@@ -17,12 +17,8 @@ from typing import Any
 import pytest
 import requests
 
-from gpuledger.collectors.nomad import (
-    NomadReader,
-    NomadSettings,
-    parse_allocation,
-    settings_from_env,
-)
+from gpuledger.collectors.nomad import NomadReader, parse_allocation
+from gpuledger.collectors.nomad_transport import NomadSettings, settings_from_env
 from gpuledger.errors import ConfigError, SourceError
 from gpuledger.model import AllocLookup
 from gpuledger.sim.nomad_api import FakeNomad

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gpuledger.collectors.nomad import NomadSettings
 from gpuledger.collectors.nomad_meta import NodeMetaClient
+from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.errors import SourceError, UnsupportedSourceError
 from gpuledger.sim.nomad_api import FakeNomad
 from tests.fakes.nomad_acl import AclAccess

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuledger.collectors.nvidia import parse_compute_apps, parse_csv, parse_gpus
 from gpuledger.collectors.nvidia_mig import (
     Listed,
     ListedMig,
@@ -26,6 +25,7 @@ from gpuledger.collectors.nvidia_mig import (
     parse_query_xml,
     place_on_instances,
 )
+from gpuledger.collectors.nvidia_smi_reader import parse_compute_apps, parse_csv, parse_gpus
 from gpuledger.errors import SourceError
 from gpuledger.model import GpuProcess
 

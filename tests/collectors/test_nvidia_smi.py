@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpuledger.collectors.nvidia import (
+from gpuledger.collectors.nvidia import open_backend
+from gpuledger.collectors.nvidia_smi_reader import (
     NvidiaSmi,
-    open_backend,
     parse_compute_apps,
     parse_csv,
     parse_gpus,

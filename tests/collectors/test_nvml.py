@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 import pynvml
 import pytest
 
-from gpuledger.collectors.nvidia import NvidiaSmi, Nvml, open_backend
+from gpuledger.collectors.nvidia import open_backend
+from gpuledger.collectors.nvidia_smi_reader import NvidiaSmi
+from gpuledger.collectors.nvml import Nvml
 from gpuledger.errors import SourceError
 from gpuledger.model import GpuProcess, GpuReading
 from tests.fakes.fake_pynvml import FakePynvml

@@ -11,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpuledger.collectors.nomad import NomadReader, NomadSettings, parse_allocation
+from gpuledger.collectors.nomad import NomadReader, parse_allocation
+from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.collectors.runtimes import RuntimeClient, container_of
 from gpuledger.errors import SourceError
 

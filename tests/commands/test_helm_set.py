@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from gpuledger.commands.render.helm_set import SetSyntaxError, parse_into
+from gpuledger.commands.render.helm_set import parse_into
+from gpuledger.errors import SetSyntaxError
 
 
 def parsed(line: str, base: dict[str, Any] | None = None, *, as_string: bool = False) -> Any:

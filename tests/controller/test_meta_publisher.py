@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gpuledger.collectors.nomad import NomadSettings
 from gpuledger.collectors.nomad_meta import NodeMetaClient
+from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.controller.meta_publisher import NodeMetaPublisher
 from gpuledger.model import (
     Code,

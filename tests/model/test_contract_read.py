@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from gpuledger.cli import main
+from gpuledger.errors import ContractError, SchemaMismatchError
 from gpuledger.model import Since
 from gpuledger.model.contract import finding_doc, ledger_doc
-from gpuledger.model.contract_read import ContractError, SchemaMismatchError, parse_ledger
+from gpuledger.model.contract_read import parse_ledger
 from gpuledger.policy.evaluate import evaluate
 from gpuledger.policy.load import load_policy
 from gpuledger.sim.world import World, load_scenario

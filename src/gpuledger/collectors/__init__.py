@@ -1,1 +1,22 @@
-"""Collectors: read and parse one source each; raise SourceError on failure."""
+"""Collectors: read and parse one source each; raise ``SourceError`` (naming its ``SourceName``)
+on failure. Layered (``pyproject.toml``, "Inside the collectors"): the readers built on a client
+over the clients, the clients over TLS. Its modules:
+
+- ``nvidia``: which GPU backend ``--gpu-backend`` names (``open_backend``);
+- ``nvml``: the GPUs, MIG instances and processes through NVML (``Nvml``);
+- ``nvidia_smi_reader``: the same through ``nvidia-smi`` (``NvidiaSmi``), its CSV parsed;
+- ``nvidia_mig``: ``nvidia-smi -L`` and ``-q -x``, and the rule that places a process on a MIG
+  instance only where the driver's outputs prove it (both backends use it);
+- ``nvidia_codes``: NVML's return codes and what each means to the operator (both backends);
+- ``procfs``: each GPU process's owner and command line from ``/proc``;
+- ``runtimes``: container names and labels from Docker and Podman;
+- ``nomad_transport``: Nomad's settings and ``NomadApi``, the session (TLS, token, Task API
+  socket) whose every failure is a ``SourceError``;
+- ``nomad``: the node's allocations through that transport (``NomadReader``, ``parse_allocation``);
+- ``nomad_meta``: Nomad's dynamic node metadata, read and applied;
+- ``nomad_cluster``: the fleet's Nomad: every node and its GPUs, ``/v1/service/<name>``;
+- ``consul``: the fleet's Consul: the passing instances of a service;
+- ``ledgers``: the node controllers' ``/ledger``, read concurrently; ``--targets`` checked;
+- ``prometheus``: Prometheus's query API, as ``report`` reads it;
+- ``client_tls``: the one TLS layer: contexts, the requests adapter, failed handshakes, token files.
+"""

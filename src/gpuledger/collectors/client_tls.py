@@ -26,7 +26,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.ssl_match_hostname import CertificateError
 
-from gpuledger.errors import ConfigError, SourceError
+from gpuledger.errors import ConfigError, SourceError, SourceName
 
 # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
 NAME_MISMATCH_CODES = frozenset({62, 64})
@@ -80,7 +80,7 @@ def parse_go_bool(name: str, text: str) -> bool:
     raise ConfigError(f"{name}={text!r} is not a boolean (use true or false)")
 
 
-def read_token_file(path: Path, source: str, hint: str) -> str | None:
+def read_token_file(path: Path, source: SourceName, hint: str) -> str | None:
     """The token in ``path`` (``None`` when the file is empty), read at every use: a workload
     identity's file is rotated under us. Its one line, a UTF-8 BOM and blanks around it
     dropped; ``SourceError`` (never showing the file's text) when it cannot be read or holds

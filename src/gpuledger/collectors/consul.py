@@ -35,11 +35,10 @@ from gpuledger.collectors.client_tls import (
     read_token_file,
     tls_failure,
 )
-from gpuledger.errors import ConfigError, SourceError
+from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model.fleet_values import Target
 from gpuledger.model.redact import redact_url_passwords
 
-SOURCE = "consul"
 DEFAULT_ADDR = "127.0.0.1:8500"
 CONSUL_TLS = TlsNames("Consul", "consul", "CONSUL")
 FILTERED = "X-Consul-Results-Filtered-By-ACLs"
@@ -189,7 +188,7 @@ class ConsulCatalog:
         token = settings.token
         if settings.token_file is not None:
             hint = "check that the file exists and is readable"
-            token = read_token_file(settings.token_file, SOURCE, hint) or token
+            token = read_token_file(settings.token_file, SourceName.CONSUL, hint) or token
         # Set after construction: py-consul would let CONSUL_HTTP_TOKEN override it.
         self._token = self._client.token = token
 
@@ -197,7 +196,7 @@ class ConsulCatalog:
         for secret in (self._token, self._settings.token):
             if secret:
                 message, hint = message.replace(secret, "<redacted>"), hint.replace(secret, "***")
-        return SourceError(SOURCE, redact_url_passwords(message), hint)
+        return SourceError(SourceName.CONSUL, redact_url_passwords(message), hint)
 
     def instances(self, node_scheme: str) -> tuple[Target, ...]:
         """The passing instances, as targets of ``node_scheme``; ``SourceError`` says why not."""

@@ -15,7 +15,8 @@ from urllib.parse import quote
 
 from nomad.api.base import Requester
 
-from gpuledger.collectors.nomad import Call, NomadReader, NomadSettings
+from gpuledger.collectors.nomad import NomadReader
+from gpuledger.collectors.nomad_transport import Call, NomadSettings
 from gpuledger.model.fleet_values import ClusterNode, Target
 
 NODE_READ_HINT = 'grant the token node { policy = "read" }'

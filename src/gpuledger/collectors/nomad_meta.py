@@ -30,8 +30,8 @@ from typing import Any
 
 from nomad.api.base import Requester
 
-from gpuledger.collectors.nomad import SOURCE, Call, NomadApi, NomadSettings
-from gpuledger.errors import SourceError, UnsupportedSourceError
+from gpuledger.collectors.nomad_transport import Call, NomadApi, NomadSettings
+from gpuledger.errors import SourceError, SourceName, UnsupportedSourceError
 from gpuledger.model.text import excerpt, is_text
 
 __all__ = ["META_PATH", "NodeMetaClient"]
@@ -90,7 +90,7 @@ class NodeMetaClient(NomadApi):
     def _http_error(self, call: Call, status: int, body: str) -> SourceError:
         if status == 404 and not body:
             return UnsupportedSourceError(
-                SOURCE,
+                SourceName.NOMAD,
                 self._redact(
                     f"{call.request} answered 404 with no body: the Nomad agent at "
                     f"{self._settings.addr} predates dynamic node metadata (Nomad 1.5 added it)"

@@ -21,13 +21,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from gpuledger.errors import SourceError
+from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import GpuProcess, MigInstance
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
 
-SOURCE = "gpu"
 _HINT = (
     "Run `nvidia-smi -L` and `nvidia-smi -q -x` by hand to see what they print; or use "
     "--gpu-backend nvml, which asks the driver for each instance directly."
@@ -79,7 +78,7 @@ class XmlCard:
 
 
 def _failure(what: str) -> SourceError:
-    return SourceError(SOURCE, f"cannot parse nvidia-smi output: {what}", _HINT)
+    return SourceError(SourceName.GPU, f"cannot parse nvidia-smi output: {what}", _HINT)
 
 
 def parse_list_gpus(text: str) -> dict[str, tuple[ListedMig, ...]]:

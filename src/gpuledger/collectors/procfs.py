@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpuledger.errors import SourceError
+from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import ProcessInfo
 from gpuledger.model.cgroups import classify_cgroup
 
@@ -36,15 +36,19 @@ def _check_proc_root(proc_root: Path) -> None:
             if any(entry.name.isdigit() for entry in entries):
                 return
     except FileNotFoundError:
-        raise SourceError("procfs", f"{proc_root} does not exist", hint=_PROC_HINT) from None
+        raise SourceError(
+            SourceName.PROCFS, f"{proc_root} does not exist", hint=_PROC_HINT
+        ) from None
     except NotADirectoryError:
-        raise SourceError("procfs", f"{proc_root} is not a directory", hint=_PROC_HINT) from None
+        raise SourceError(
+            SourceName.PROCFS, f"{proc_root} is not a directory", hint=_PROC_HINT
+        ) from None
     except OSError as err:
         raise SourceError(
-            "procfs", f"cannot list {proc_root}: {err.strerror}", hint=_PROC_HINT
+            SourceName.PROCFS, f"cannot list {proc_root}: {err.strerror}", hint=_PROC_HINT
         ) from None
     raise SourceError(
-        "procfs", f"{proc_root} holds no process directories: not a /proc", hint=_PROC_HINT
+        SourceName.PROCFS, f"{proc_root} holds no process directories: not a /proc", hint=_PROC_HINT
     )
 
 
@@ -59,7 +63,7 @@ def _read_process(proc_root: Path, pid: int) -> ProcessInfo | None:
         return None
     except OSError as err:
         raise SourceError(
-            "procfs",
+            SourceName.PROCFS,
             f"cannot read {directory}: {err.strerror}",
             hint="run as root, and mount /proc without hidepid",
         ) from None

@@ -22,11 +22,10 @@ from urllib.parse import urlsplit
 
 import requests
 
-from gpuledger.errors import ConfigError, SourceError
+from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.report_values import Sample
 
-SOURCE = "prometheus"
 _GRACE_S = (1.0, 5.0)
 """The client waits longer than Prometheus is told to, by the timeout itself but at least 1 s
 and at most 5 s, so that Prometheus's own timeout answer (503, ``errorType: timeout``) arrives
@@ -130,7 +129,7 @@ class PrometheusClient:
         status = response.status_code
         if status in {401, 403}:
             raise SourceError(
-                SOURCE,
+                SourceName.PROMETHEUS,
                 f"{self._shown} answered {status} {response.reason}: "
                 + (
                     "no credentials were accepted; pass a token with --prometheus-token-env "
@@ -145,7 +144,7 @@ class PrometheusClient:
             doc = None
         if not isinstance(doc, dict) or doc.get("status") not in {"success", "error"}:
             raise SourceError(
-                SOURCE,
+                SourceName.PROMETHEUS,
                 f"{self._shown} answered {status} {response.reason}, not Prometheus's query "
                 "API: check the URL and its path prefix (the API is at <URL>/api/v1/query)",
             )
@@ -159,14 +158,14 @@ class PrometheusClient:
             )
             what = "the query timed out" if timeout else f"{kind}"
             raise SourceError(
-                SOURCE,
+                SourceName.PROMETHEUS,
                 f"{self._shown} answered {status}: {what}: {error}"
                 + (" (raise --timeout, or shorten --since)" if timeout else ""),
             )
         warnings = doc.get("warnings")
         if warnings:
             raise SourceError(
-                SOURCE,
+                SourceName.PROMETHEUS,
                 f"{self._shown} answered with a warning, so its figures may be partial: "
                 + "; ".join(str(w) for w in warnings),
             )
@@ -176,7 +175,8 @@ class PrometheusClient:
         data = doc.get("data")
         if not isinstance(data, dict) or data.get("resultType") != "vector":
             raise SourceError(
-                SOURCE, f"{self._shown} answered {response.status_code} without a vector result"
+                SourceName.PROMETHEUS,
+                f"{self._shown} answered {response.status_code} without a vector result",
             )
         samples = []
         for item in data.get("result") or []:
@@ -185,11 +185,13 @@ class PrometheusClient:
                 value = float(item["value"][1])
             except (KeyError, IndexError, TypeError, ValueError, AttributeError):
                 raise SourceError(
-                    SOURCE, f"{self._shown} answered a sample that is not [time, value]"
+                    SourceName.PROMETHEUS,
+                    f"{self._shown} answered a sample that is not [time, value]",
                 ) from None
             if not math.isfinite(value):
                 raise SourceError(
-                    SOURCE, f"{self._shown} answered {value} for {labels}: not a count of seconds"
+                    SourceName.PROMETHEUS,
+                    f"{self._shown} answered {value} for {labels}: not a count of seconds",
                 )
             samples.append(Sample(labels=labels, value=value))
         return samples
@@ -204,13 +206,15 @@ class PrometheusClient:
                 else "the system's CA store (pass the CA with --prometheus-ca-cert FILE)"
             )
             why = cert.group(1).strip() if cert else text
-            return SourceError(SOURCE, f"TLS with {self._shown} failed: {why}; trusted: {trusted}")
+            return SourceError(
+                SourceName.PROMETHEUS, f"TLS with {self._shown} failed: {why}; trusted: {trusted}"
+            )
         if isinstance(err, requests.Timeout):
             return SourceError(
-                SOURCE,
+                SourceName.PROMETHEUS,
                 f"{self._shown} did not answer within {self._wait_s:g}s "
                 "(raise --timeout, or shorten --since)",
             )
         errno = _ERRNO.search(text)
         why = errno.group(1).strip() if errno else type(err).__name__
-        return SourceError(SOURCE, f"cannot reach {self._shown}: {why}")
+        return SourceError(SourceName.PROMETHEUS, f"cannot reach {self._shown}: {why}")

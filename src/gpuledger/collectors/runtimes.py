@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from gpuledger.errors import ConfigError, SourceError
+from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model import Container, Runtime
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.text import excerpt, is_text
@@ -177,7 +177,7 @@ class RuntimeClient:
         """A ``SourceError`` naming the runtime, its URL and why (passwords hidden)."""
         # `why` may repeat the URL too: the SDK quotes it whole when it refuses one.
         return SourceError(
-            self.runtime,
+            SourceName(self.runtime),
             redact_url_passwords(f"cannot read the {self.runtime} API at {self.url}: {why}"),
             redact_url_passwords(hint or _HINTS[self.runtime]),
         )

@@ -30,7 +30,7 @@ from gpuledger.commands.logs import configure_logging
 from gpuledger.controller.clock import SystemClock
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
 from gpuledger.core.fleet_join import Shard
-from gpuledger.model import Level
+from gpuledger.model import Level, SourceName
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
 from gpuledger.model.fleet_values import Fleet, Target
 from gpuledger.policy.rules import Policy
@@ -78,17 +78,19 @@ def fleet_config(options: FleetOptions) -> FleetConfig:
     if d.consul is not None:
         catalog = ConsulCatalog(d.consul, d.consul_service)
         scheme = d.node_scheme
-        discovery = DiscoverySource("consul", catalog.label, lambda: catalog.instances(scheme))
+        discovery = DiscoverySource(
+            SourceName.CONSUL, catalog.label, lambda: catalog.instances(scheme)
+        )
     elif d.nomad_service is not None and cluster is not None:
         name, namespace, scheme = d.nomad_service, d.nomad_namespace, d.node_scheme
         discovery = DiscoverySource(
-            "nomad-services",
+            SourceName.NOMAD_SERVICES,
             f"Nomad service {name!r} (namespace {namespace})",
             lambda: cluster.service(name, namespace, scheme),
         )
     else:
         targets = tuple(Target(url) for url in d.targets)
-        discovery = DiscoverySource("targets", "--targets", lambda: targets)
+        discovery = DiscoverySource(SourceName.TARGETS, "--targets", lambda: targets)
     return FleetConfig(
         discovery=discovery,
         nodes=cluster.nodes if cluster is not None and options.nomad_nodes else None,

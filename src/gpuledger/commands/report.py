@@ -23,7 +23,7 @@ from gpuledger.core.report_queries import (
     job_query,
     state_query,
 )
-from gpuledger.errors import ConfigError, SourceError
+from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model.contract import iso_time, report_doc
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.report_values import By, Report, Window
@@ -69,7 +69,7 @@ def fetch_report(options: ReportOptions) -> Report:
     report = build_report(window, options.by, jobs, states, source=source)
     if report.empty:
         raise SourceError(
-            "prometheus",
+            SourceName.PROMETHEUS,
             f"{source} holds no {JOB_METRIC} or {STATE_METRIC} with two samples between "
             f"{iso_time(window.since)} and {iso_time(window.until)}: check that it scrapes "
             "gpuledger serve, and --since/--until",

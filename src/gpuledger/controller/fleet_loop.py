@@ -37,16 +37,16 @@ from gpuledger.core.fleet_join import (
     judge_ledger,
     reconcile_fleet,
 )
-from gpuledger.errors import PolicyError, SourceError
+from gpuledger.errors import (
+    ContractError,
+    PolicyError,
+    SchemaMismatchError,
+    SourceError,
+    SourceName,
+)
 from gpuledger.model import SourceStatus
 from gpuledger.model.contract import iso_time
-from gpuledger.model.contract_read import (
-    ContractError,
-    SchemaMismatchError,
-    parse_ledger,
-    parse_time,
-    schema_of,
-)
+from gpuledger.model.contract_read import parse_ledger, parse_time, schema_of
 from gpuledger.model.fleet_values import (
     ClusterDesired,
     ClusterNode,
@@ -69,7 +69,7 @@ SWEEP_SHARE = 0.8
 class DiscoverySource:
     """How controllers are found: ``read`` returns them or raises a ``SourceError``."""
 
-    name: str
+    name: SourceName
     label: str
     read: Callable[[], tuple[Target, ...]]
 
@@ -125,7 +125,7 @@ class FleetController:
         self._node_ids: dict[str, str] = {}
         self._targets: tuple[Target, ...] | None = None
         self._opened: dict[FindingKey, datetime] | None = {} if interval else None
-        self._failing: dict[str, str] = {}
+        self._failing: dict[SourceName, str] = {}
         # Bound to the loop that first waits on them (asyncio since 3.10), the one run() starts.
         self._stop, self._wake = asyncio.Event(), asyncio.Event()
         self._reload = False
@@ -180,9 +180,9 @@ class FleetController:
         try:
             nodes = await asyncio.to_thread(self.config.nodes)
         except SourceError as err:
-            self._source_failed("nomad", err)
+            self._source_failed(SourceName.NOMAD, err)
             return ClusterDesired(None, SourceStatus.failed(err.message, err.hint))
-        self._source_up("nomad")
+        self._source_up(SourceName.NOMAD)
         return ClusterDesired(nodes, SourceStatus.up())
 
     def _ours(self, target: Target) -> bool:
@@ -295,14 +295,14 @@ class FleetController:
 
     # ---------------------------------------------------------------- events
 
-    def _source_failed(self, name: str, err: SourceError) -> None:
+    def _source_failed(self, name: SourceName, err: SourceError) -> None:
         if self._failing.get(name) != err.message:
-            log.warning("source.read_failed", source=name, error=err.message, hint=err.hint)
+            log.warning("source.read_failed", source=name.value, error=err.message, hint=err.hint)
         self._failing[name] = err.message
 
-    def _source_up(self, name: str) -> None:
+    def _source_up(self, name: SourceName) -> None:
         if self._failing.pop(name, None) is not None:
-            log.info("source.recovered", source=name)
+            log.info("source.recovered", source=name.value)
 
     # ---------------------------------------------------------------- the loop
 

@@ -221,7 +221,7 @@ class NodeController:
         )
         clock = self.clock
 
-        def guard(name: str, read: Callable[[], T]) -> T:
+        def guard(name: SourceName, read: Callable[[], T]) -> T:
             retrying = Retrying(
                 retry=retry_if_exception_type(SourceError),
                 stop=stop,

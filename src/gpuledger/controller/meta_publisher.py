@@ -33,9 +33,9 @@ from typing import Protocol
 
 import structlog
 
-from gpuledger.errors import SourceError, UnsupportedSourceError
+from gpuledger.errors import SourceError, SourceName, UnsupportedSourceError
 from gpuledger.model import Finding, Ledger
-from gpuledger.model.meta_keys import KEYS, SOURCE, node_meta, owned, patch
+from gpuledger.model.meta_keys import KEYS, node_meta, owned, patch
 from gpuledger.policy.evaluate import source_unavailable
 from gpuledger.policy.rules import Policy
 
@@ -130,7 +130,7 @@ class NodeMetaPublisher:
         if not self.publish:
             error = f"the keys an earlier --publish-node-meta left cannot be cleared: {error}"
             hint = CLEAR_BY_HAND
-        found = source_unavailable(policy, node, SOURCE, LABEL, error, hint)
+        found = source_unavailable(policy, node, SourceName.NOMAD_META, LABEL, error, hint)
         return (found,) if found else ()
 
     # ------------------------------------------------------------------ the thread

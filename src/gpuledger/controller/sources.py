@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from gpuledger.collectors.nomad import NomadReader, NomadSettings
+from gpuledger.collectors.nomad import NomadReader
+from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.collectors.nvidia import Backend, open_backend
 from gpuledger.collectors.procfs import read_processes
 from gpuledger.collectors.runtimes import RuntimeClient
@@ -37,7 +38,7 @@ T = TypeVar("T")
 class Guard(Protocol):
     """Wraps one source read: the loop's bounded retry, or a plain call."""
 
-    def __call__(self, name: str, read: Callable[[], T]) -> T:
+    def __call__(self, name: SourceName, read: Callable[[], T]) -> T:
         """Run ``read`` for the source ``name``."""
         ...
 
@@ -76,14 +77,14 @@ class Sources:
         run: Guard = guard or _Plain()
         statuses: dict[SourceName, SourceStatus] = {}
         reading: GpuReading | None = _attempt(
-            SourceName.GPU, statuses, lambda: run("gpu", self.gpu.read)
+            SourceName.GPU, statuses, lambda: run(SourceName.GPU, self.gpu.read)
         )
         pids = sorted({p.pid for p in reading.processes}) if reading else []
         procs = (
             _attempt(
                 SourceName.PROCFS,
                 statuses,
-                lambda: run("procfs", lambda: read_processes(pids, self.config.proc_root)),
+                lambda: run(SourceName.PROCFS, lambda: read_processes(pids, self.config.proc_root)),
             )
             or {}
         )
@@ -119,7 +120,7 @@ class Sources:
         if not missing or not statuses[SourceName.PROCFS].readable:
             return set()
         try:
-            again = run("gpu", self.gpu.read)
+            again = run(SourceName.GPU, self.gpu.read)
         except SourceError:
             return missing  # cannot tell: not seeing is not the same as gone
         return missing & {p.pid for p in again.processes}
@@ -172,7 +173,7 @@ class Sources:
                 }
             )
             read = functools.partial(client.inspect, ids)
-            got = _attempt(name, statuses, functools.partial(run, runtime, read))
+            got = _attempt(name, statuses, functools.partial(run, name, read))
             found.update(got or {})
         return found
 
@@ -189,7 +190,9 @@ class Sources:
         reader = self.nomad
         statuses: dict[SourceName, SourceStatus] = {}
         view = _attempt(
-            SourceName.NOMAD, statuses, lambda: run("nomad", lambda: reader.read(sorted(claimed)))
+            SourceName.NOMAD,
+            statuses,
+            lambda: run(SourceName.NOMAD, lambda: reader.read(sorted(claimed))),
         )
         return Desired(view=view, status=statuses[SourceName.NOMAD])
 
@@ -197,7 +200,7 @@ class Sources:
 class _Plain:
     """A guard that just reads: one try, no retry (``ls`` and ``check``)."""
 
-    def __call__(self, name: str, read: Callable[[], T]) -> T:
+    def __call__(self, name: SourceName, read: Callable[[], T]) -> T:
         return read()
 
 

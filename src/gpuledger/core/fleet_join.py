@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuledger.core.history import held_below
-from gpuledger.model import Code, Finding, GpuState, Ledger, Level, Since, SourceStatus
+from gpuledger.model import Code, Finding, GpuState, Ledger, Level, Since, SourceName, SourceStatus
 from gpuledger.model.fleet_values import (
     ClusterDesired,
     ClusterNode,
@@ -166,14 +166,18 @@ def judge_ledger(
 class Discovery:
     """How controllers were found this sweep: the source's name, how it is shown, its status."""
 
-    name: str
+    name: SourceName
     """The key in the fleet document's ``sources``: ``targets``, ``consul``, ``nomad-services``."""
     label: str
     """What a message calls it: ``Consul service 'gpuledger'``."""
     status: SourceStatus = field(default_factory=SourceStatus.up)
 
+    def __post_init__(self) -> None:
+        # Its wire value ("consul") is taken too: the name is always a SourceName.
+        object.__setattr__(self, "name", SourceName(self.name))
 
-_SOURCE_LABELS = {"nomad": "Nomad (the GPU nodes, /v1/nodes)"}
+
+_SOURCE_LABELS = {SourceName.NOMAD: "Nomad (the GPU nodes, /v1/nodes)"}
 
 
 def _finding(
@@ -316,7 +320,7 @@ class _Reconcile:
             row.name,
             f"controller:{read.url}",
             f"the gpuledger controller at {read.url} {why or read.error}",
-            {"source": "controller", "url": read.url, "nomadNodeId": row.node_id},
+            {"source": SourceName.CONTROLLER.value, "url": read.url, "nomadNodeId": row.node_id},
         )
         if found:
             yield found
@@ -357,15 +361,20 @@ class _Reconcile:
 
     def source_findings(self) -> Iterator[Finding]:
         statuses = {self.discovery.name: (self.discovery.label, self.discovery.status)}
-        statuses["nomad"] = (_SOURCE_LABELS["nomad"], self.desired.status)
+        statuses[SourceName.NOMAD] = (_SOURCE_LABELS[SourceName.NOMAD], self.desired.status)
         for name, (label, status) in statuses.items():
             if status.failing:
                 message = f"{label} unavailable: {status.error}"
                 if status.hint:
                     message += f" ({status.hint})"
-                subject: dict[str, str | int | None] = {"source": name}
+                subject: dict[str, str | int | None] = {"source": name.value}
                 found = _finding(
-                    self.policy, Code.SOURCE_UNAVAILABLE, "", f"source:{name}", message, subject
+                    self.policy,
+                    Code.SOURCE_UNAVAILABLE,
+                    "",
+                    f"source:{name.value}",
+                    message,
+                    subject,
                 )
                 if found:
                     yield found
@@ -397,7 +406,7 @@ def reconcile_fleet(
     rows.sort(key=lambda r: (r.name, r.url or ""))
     sources = {discovery.name: discovery.status}
     if desired.status.enabled:
-        sources["nomad"] = desired.status
+        sources[SourceName.NOMAD] = desired.status
     findings = [*work.source_findings(), *(f for r in rows for f in r.findings())]
     findings.sort(key=lambda f: (-f.level, f.node, f.gpu or "", f.code.value, f.owner))
     return Fleet(

@@ -1,48 +1,63 @@
 """The model: the value types every layer shares, and pure helpers about them.
 
-It imports nothing of gpuledger's own outside this package, and no I/O library: the collectors
-fill these values, the pure join and the policy combine them, the views render them.
+It imports nothing of gpuledger's own outside this package but the error tree
+(``gpuledger.errors``), and no I/O library: the collectors fill these values, the pure join
+and the policy combine them, the views render them. Its modules:
 
-- ``values``: the value types (GPUs, processes, containers, allocations, the ledger, findings);
+- ``readings``: what the collectors read: GPUs, MIG instances and processes, ``/proc`` owners,
+  containers, Nomad's allocations, and each source's status (``SourceName``, ``TICK_SOURCES``);
+- ``values``: the ledger made of them: states, tenants and verdicts, findings, since-whens;
+- ``fleet_values``: the fleet's values: Nomad's nodes, the controllers read, the fleet ledger;
+- ``report_values``: ``report``'s values: Prometheus samples, the window, GPU-hours;
+- ``history_record``: what the node's history keeps between ticks and restarts;
+- ``snapshots``: what the endpoints serve: a node's ``Snapshot``, the fleet's ``FleetSnapshot``;
 - ``contract``: the JSON documents, pinned by golden files;
+- ``contract_read``: a ``/ledger`` document read back into values, every shape checked;
+- ``meta_keys``: the ``gpuledger.*`` node metadata of ``serve --publish-node-meta``;
 - ``cgroups``: the owner of a process from its ``/proc/<pid>/cgroup`` text;
 - ``labels``: Nomad's container labels and names;
 - ``redact``: command lines and URLs with their secrets hidden;
-- ``cards``: the published facts of a card (its NVENC session cap).
+- ``cards``: the published facts of a card (its NVENC session cap);
+- ``memo``: ``TwoTicks``, the bounded cache the loop's memos are made of;
+- ``text``: short excerpts of what users gave, for messages.
 
-The value types are re-exported here: ``from gpuledger.model import Ledger``.
+The value types of ``readings`` and ``values`` are re-exported here:
+``from gpuledger.model import Ledger``.
 """
 
-from gpuledger.model.values import (
+from gpuledger.model.readings import (
     TERMINAL_CLIENT_STATUSES,
+    TICK_SOURCES,
     Allocation,
     AllocLookup,
     AllocLookupResult,
-    AllocRef,
-    Code,
     Container,
-    Finding,
     Gpu,
     GpuProcess,
     GpuReading,
+    MigInstance,
+    NomadView,
+    OwnerKind,
+    ProcessInfo,
+    ProcessOwner,
+    Runtime,
+    SourceName,
+    SourceStatus,
+)
+from gpuledger.model.values import (
+    AllocRef,
+    Code,
+    Finding,
     GpuState,
     Ledger,
     LedgerGpu,
     LedgerInstance,
     LedgerUnit,
     Level,
-    MigInstance,
     MissingDevice,
     NodeInfo,
-    NomadView,
-    OwnerKind,
-    ProcessInfo,
-    ProcessOwner,
     Reason,
-    Runtime,
     Since,
-    SourceName,
-    SourceStatus,
     Tenant,
     TenantFacts,
     Verdict,
@@ -50,6 +65,7 @@ from gpuledger.model.values import (
 
 __all__ = [
     "TERMINAL_CLIENT_STATUSES",
+    "TICK_SOURCES",
     "AllocLookup",
     "AllocLookupResult",
     "AllocRef",

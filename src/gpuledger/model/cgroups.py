@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 
-from gpuledger.model.values import OwnerKind, ProcessOwner
+from gpuledger.model.readings import OwnerKind, ProcessOwner
 
 _HEX64 = r"[0-9a-f]{64}"
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, overload
 
+from gpuledger.model.readings import GpuProcess
 from gpuledger.model.values import (
     AllocRef,
     Finding,
-    GpuProcess,
     GpuState,
     Ledger,
     LedgerGpu,
@@ -216,7 +216,7 @@ def fleet_doc(fleet: Fleet) -> dict[str, object]:
         "schema": SCHEMA,
         "at": iso_time(fleet.at),
         "sources": {
-            name: {"ok": not s.failing, "error": s.error} for name, s in fleet.sources.items()
+            name.value: {"ok": not s.failing, "error": s.error} for name, s in fleet.sources.items()
         },
         "nodes": [_fleet_node_doc(n) for n in fleet.nodes],
         "jobs": [

@@ -14,25 +14,28 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuledger.errors import ContractError, SchemaMismatchError
 from gpuledger.model.contract import SCHEMA
+from gpuledger.model.readings import (
+    TICK_SOURCES,
+    Container,
+    Gpu,
+    GpuProcess,
+    MigInstance,
+    SourceStatus,
+)
 from gpuledger.model.values import (
     AllocRef,
     Code,
-    Container,
     Finding,
-    Gpu,
-    GpuProcess,
     GpuState,
     Ledger,
     LedgerGpu,
     LedgerInstance,
     Level,
-    MigInstance,
     MissingDevice,
     NodeInfo,
     Reason,
-    SourceName,
-    SourceStatus,
     Tenant,
     TenantFacts,
     Verdict,
@@ -41,22 +44,10 @@ from gpuledger.model.values import (
 _STATES = {s.value: s for s in GpuState}
 _VERDICTS = {v.value: v for v in Verdict}
 _REASONS = {r.value: r for r in Reason}
-_SOURCES = {s.value: s for s in SourceName}
+_SOURCES = {s.value: s for s in TICK_SOURCES}
 _CODES = {c.value: c for c in Code}
 _LEVELS = {level.name: level for level in Level}
 _RUNTIMES = ("docker", "podman")
-
-
-class ContractError(ValueError):
-    """A document that is not what the JSON contract says; the message names the key."""
-
-
-class SchemaMismatchError(ContractError):
-    """A document of another contract version than this gpuledger reads."""
-
-    def __init__(self, schema: object) -> None:
-        super().__init__(f"schema {schema!r}, not {SCHEMA}")
-        self.schema = schema
 
 
 def _fail(where: str, what: str, value: object) -> ContractError:
@@ -323,7 +314,7 @@ def parse_ledger(doc: object) -> Ledger:
     schema = top.get("schema")
     if schema != SCHEMA or isinstance(schema, bool):
         if isinstance(schema, int) and not isinstance(schema, bool):
-            raise SchemaMismatchError(schema)
+            raise SchemaMismatchError(schema, SCHEMA)
         raise _fail("schema", f"expected {SCHEMA}", schema)
     sources = _obj(top.get("sources"), "sources")
     gpus = _field(top, "gpus", _LIST, "document")

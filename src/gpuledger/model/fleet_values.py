@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpuledger.model.values import Finding, GpuState, Level, NodeInfo, SourceStatus
+from gpuledger.model.readings import SourceName, SourceStatus
+from gpuledger.model.values import Finding, GpuState, Level, NodeInfo
 
 
 class NodeStatus(str, enum.Enum):
@@ -135,10 +136,16 @@ class Fleet:
     """The fleet ledger of one sweep."""
 
     at: datetime
-    sources: Mapping[str, SourceStatus]
+    sources: Mapping[SourceName, SourceStatus]
+    """By source, in the order read; a source's wire value (``"consul"``) is taken as its key
+    too, and kept as its ``SourceName``."""
     nodes: tuple[FleetNode, ...]
     jobs: tuple[FleetJob, ...]
     findings: tuple[Finding, ...]
+
+    def __post_init__(self) -> None:
+        sources = {SourceName(name): status for name, status in self.sources.items()}
+        object.__setattr__(self, "sources", sources)
 
     @property
     def worst(self) -> Level:

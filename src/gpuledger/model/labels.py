@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from gpuledger.model.values import Container
+from gpuledger.model.readings import Container
 
 ALLOC_LABEL = "com.hashicorp.nomad.alloc_id"
 TASK_LABEL = "com.hashicorp.nomad.task_name"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
+from gpuledger.model.readings import SourceName
 from gpuledger.model.values import GpuState, Ledger, Level
 
 PREFIX = "gpuledger."
@@ -32,9 +33,8 @@ prefix or not, is someone else's."""
 
 UNKNOWN = "unknown"
 
-SOURCE = "nomad-meta"
-"""How findings about publishing name it (``source-unavailable``, owner ``source:nomad-meta``)."""
-OWNER = f"source:{SOURCE}"
+OWNER = f"source:{SourceName.NOMAD_META.value}"
+"""The owner of the publisher's own ``source-unavailable`` finding (``source:nomad-meta``)."""
 
 
 def node_meta(ledger: Ledger) -> dict[str, str]:

@@ -112,13 +112,14 @@ _PROBLEM_AT = re.compile(r"^.*?:(\d+):\d+: ")
 
 
 def source_unavailable(
-    policy: Policy, node: str, source: str, label: str, error: str | None, hint: str | None
+    policy: Policy, node: str, source: SourceName, label: str, error: str | None, hint: str | None
 ) -> Finding | None:
     """The ``source-unavailable`` finding of a source (or the node metadata publisher) that
     failed: ``<label> unavailable: <error> (<hint>)``, owned by ``source:<source>``."""
     rule = policy.rule(Code.SOURCE_UNAVAILABLE, node)
     if rule.level is None:
         return None
+    name = SourceName(source).value
     message = f"{label} unavailable: {error or 'unreadable'}"
     if hint:
         message += f" ({hint})"
@@ -128,8 +129,8 @@ def source_unavailable(
         gpu=None,
         node=node,
         message=message,
-        subject={"source": source},
-        owner=f"source:{source}",
+        subject={"source": name},
+        owner=f"source:{name}",
     )
 
 
@@ -256,7 +257,7 @@ class _Judge:
             if status.readable or not status.enabled:
                 continue
             found = source_unavailable(
-                self.policy, self.node, name.value, _SOURCE_LABEL[name], status.error, status.hint
+                self.policy, self.node, name, _SOURCE_LABEL[name], status.error, status.hint
             )
             if found:
                 yield replace(found, since=self.since.findings.get(found.key))

@@ -99,7 +99,7 @@ def _node_families(fleet: Fleet) -> Iterator[Metric]:
     yield up
     sources = _gauge("source_up", "1 when the source was read at the last sweep.", ["source"])
     for name, status in fleet.sources.items():
-        sources.add_metric([name], 0.0 if status.failing else 1.0)
+        sources.add_metric([name.value], 0.0 if status.failing else 1.0)
     yield sources
 
 

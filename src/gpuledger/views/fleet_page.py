@@ -138,7 +138,7 @@ def _node_of(finding: Finding) -> str:
 def _sources(fleet: Fleet) -> list[SourceRow]:
     return [
         SourceRow(
-            name,
+            name.value,
             "failing" if s.failing else "ok" if s.enabled else "off",
             s.error if s.failing else None,
         )

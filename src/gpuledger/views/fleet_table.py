@@ -57,7 +57,7 @@ def _totals(fleet: Fleet) -> list[str]:
     node_parts = ", ".join(f"{s.value} {n}" for s, n in nodes.items() if n)
     gpu_parts = ", ".join(f"{s.value} {n}" for s, n in gpus.items() if n)
     sources = ", ".join(
-        f"{name} {'FAILED' if s.failing else 'ok'}" for name, s in fleet.sources.items()
+        f"{name.value} {'FAILED' if s.failing else 'ok'}" for name, s in fleet.sources.items()
     )
     return [
         f"nodes: {sum(nodes.values())} ({node_parts or 'none'})",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuledger.model import (
+    TICK_SOURCES,
     AllocRef,
     Finding,
     GpuState,
@@ -234,7 +235,7 @@ def finding_rows(
 def source_rows(sources: Mapping[SourceName, SourceStatus]) -> list[SourceRow]:
     """Each source and its health, in the order they are read."""
     rows = []
-    for name in SourceName:
+    for name in TICK_SOURCES:
         status = sources.get(name)
         if status is None:
             continue

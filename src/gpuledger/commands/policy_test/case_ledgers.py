@@ -17,6 +17,7 @@ from gpuledger.controller.node import one_shot
 from gpuledger.core.node_join import gpu_state
 from gpuledger.errors import ConfigError
 from gpuledger.model import (
+    TICK_SOURCES,
     AllocRef,
     Container,
     Gpu,
@@ -116,7 +117,7 @@ def _inline_gpu(doc: Mapping[str, Any]) -> LedgerGpu:
 
 
 def inline_ledger(case: Mapping[str, Any]) -> Ledger:
-    sources = {name: SourceStatus.up() for name in SourceName}
+    sources = {name: SourceStatus.up() for name in TICK_SOURCES}
     for name, error in case.get("sources", {}).items():
         sources[SourceName(name)] = (
             SourceStatus.off() if error == "off" else SourceStatus.failed(error)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuledger.model import Code, GpuState, Level, SourceName, Verdict
+from gpuledger.model import TICK_SOURCES, Code, GpuState, Level, Verdict
 from gpuledger.policy.schema import policy_schema
 
 
@@ -90,7 +90,7 @@ _CASE = _closed(
         "gpus": {"type": "array", "items": _GPU},
         "sources": _closed(
             "a mapping such as {nomad: '500 Internal Server Error', podman: off}",
-            {s.value: _TEXT for s in SourceName},
+            {s.value: _TEXT for s in TICK_SOURCES},
         ),
         "history": {
             "title": "a mapping such as {1: {state: 30h}, 6: {idle: 8h}}",

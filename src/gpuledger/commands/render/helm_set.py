@@ -25,16 +25,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpuledger.errors import SetSyntaxError
+
+# SetSyntaxError lives in the one error tree (gpuledger.errors); it stays importable from here.
 __all__ = ["MAX_INDEX", "MAX_NESTED_NAME_LEVEL", "SetSyntaxError", "parse_into"]
 
 MAX_INDEX = 65536
 MAX_NESTED_NAME_LEVEL = 30
 _INT = re.compile(r"[+-]?[0-9]+\Z")
 _INT64 = 2**63
-
-
-class SetSyntaxError(ValueError):
-    """A ``--set`` line Helm refuses too; the message says why, as Helm's does."""
 
 
 class _EndError(Exception):

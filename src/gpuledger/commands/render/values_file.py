@@ -22,8 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuledger.commands.render.helm_set import SetSyntaxError, parse_into
-from gpuledger.errors import ConfigError, YamlSyntaxError
+from gpuledger.commands.render.helm_set import parse_into
+from gpuledger.errors import ConfigError, SetSyntaxError, YamlSyntaxError
 from gpuledger.located import JsonPath, Located, dotted, read_yaml, schema_problems
 from gpuledger.policy.load import parse_duration
 
