@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuledger.cli import read_history
+from gpuledger.commands.ledger_once import read_history
 from gpuledger.controller import history_file
 from gpuledger.core import history as hist
 from gpuledger.core.history import judge_with

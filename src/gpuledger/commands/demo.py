@@ -26,6 +26,7 @@ from gpuledger.collectors.nomad import NomadSettings
 from gpuledger.controller.clock import SystemClock
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
+from gpuledger.errors import ExitCode
 from gpuledger.model import Ledger
 from gpuledger.model.contract import findings_doc, ledger_doc
 from gpuledger.policy.load import parse_policy
@@ -82,7 +83,7 @@ def run_demo(
     stop: threading.Event | None = None,
     listen: str | None = None,
     drift_every: float = DRIFT_EVERY_S,
-) -> int:
+) -> ExitCode:
     """Serve the drifting node of ``scenario`` (``demo``, or ``mig``: a card split with MIG)
     until Ctrl-C (or ``stop``); ``as_json``: one read."""
     with tempfile.TemporaryDirectory(prefix="gpuledger-demo-") as tmp:
@@ -106,11 +107,11 @@ def _read_once(world: World) -> Ledger:
     )
 
 
-def _print_once(world: World, out: TextIO) -> int:
+def _print_once(world: World, out: TextIO) -> ExitCode:
     ledger = _read_once(world)
     json.dump({"ledger": ledger_doc(ledger), "findings": findings_doc(ledger)}, out, indent=2)
     out.write("\n")
-    return 0
+    return ExitCode.OK
 
 
 def _serve(
@@ -120,7 +121,7 @@ def _serve(
     stop: threading.Event,
     listen: str | None,
     drift_every: float,
-) -> int:
+) -> ExitCode:
     policy = tmp / "demo-serve-policy.yaml"
     policy.write_text(SERVE_POLICY, encoding="utf-8")
     flags = [
@@ -167,10 +168,10 @@ def run_watched(
     every: float,
     drift: Callable[[], str | None],
     introduce: Callable[[str], None],
-) -> int:
+) -> ExitCode:
     """``gpuledger <argv>`` as a child, its log relayed: once it says its URL, ``introduce``
     it, then ``drift`` the world every ``every`` seconds (its line shown) until ``stop``,
-    Ctrl-C or the child's end; then SIGTERM it. 1 when it never started."""
+    Ctrl-C or the child's end; then SIGTERM it. ``FAILED`` when it never started."""
     child = subprocess.Popen(
         [sys.executable, "-m", "gpuledger", *argv],
         stdout=subprocess.PIPE,
@@ -183,7 +184,7 @@ def run_watched(
         url = first_url(child)
         if url is None:
             out.write(f"gpuledger demo: gpuledger {argv[0]} did not start (see above)\n")
-            return 1
+            return ExitCode.FAILED
         introduce(url)
         while not stop.wait(every) and child.poll() is None:
             line = drift()
@@ -196,7 +197,7 @@ def run_watched(
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
         child.wait(timeout=30)
-    return 0
+    return ExitCode.OK
 
 
 def port_free(listen: str) -> bool:

@@ -13,6 +13,7 @@ import threading
 from typing import TextIO
 
 from gpuledger.commands.demo import port_free, run_watched
+from gpuledger.errors import ExitCode
 from gpuledger.sim.consul_api import FakeConsul
 from gpuledger.sim.fleet_sim import FleetSim, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
@@ -35,7 +36,7 @@ def run_fleet_demo(
     stop: threading.Event | None = None,
     listen: str | None = None,
     drift_every: float = DRIFT_EVERY_S,
-) -> int:
+) -> ExitCode:
     """Serve the drifting simulated fleet until Ctrl-C (or ``stop``)."""
     sim = FleetSim(mixed_nodes(healthy=8), own_addresses=True)
     consul = FakeConsul(sim.consul_entries)
@@ -59,7 +60,7 @@ def run_fleet_demo(
 
 def _watch(
     sim: FleetSim, flags: list[str], out: TextIO, stop: threading.Event, drift_every: float
-) -> int:
+) -> ExitCode:
     # The very command a user runs beside a real cluster; its log is relayed for failures.
     return run_watched(
         ["fleet", "serve", *flags],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -22,14 +23,22 @@ from typing import TextIO
 import structlog
 
 from gpuledger.collectors.client_tls import TlsSettings
-from gpuledger.collectors.consul import ConsulCatalog, ConsulSettings
-from gpuledger.collectors.ledgers import LedgerReader
+from gpuledger.collectors.consul import (
+    ConsulCatalog,
+    ConsulSettings,
+    consul_settings_from_env,
+    with_flags,
+)
+from gpuledger.collectors.ledgers import LedgerReader, check_target, read_targets_file
 from gpuledger.collectors.nomad import NomadSettings
 from gpuledger.collectors.nomad_cluster import NomadCluster
 from gpuledger.commands.logs import configure_logging
+from gpuledger.commands.node_sources import nomad_env_settings, policy_file
+from gpuledger.commands.options import ConsulFlags, DiscoveryFlags, FleetFlags, TlsFlags
 from gpuledger.controller.clock import SystemClock
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
 from gpuledger.core.fleet_join import Shard
+from gpuledger.errors import ConfigError, ExitCode
 from gpuledger.model import Level, SourceName
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
 from gpuledger.model.fleet_values import Fleet, Target
@@ -37,8 +46,6 @@ from gpuledger.policy.rules import Policy
 from gpuledger.views.fleet_table import render_fleet, render_fleet_findings
 from gpuledger.web.fleet_app import FleetApp
 from gpuledger.web.server import bind
-
-EXIT_OK, EXIT_FOUND = 0, 1
 
 
 @dataclass(frozen=True)
@@ -119,21 +126,21 @@ def sweep_once(config: FleetConfig, policy: Policy) -> Fleet:
         structlog.configure(**before)
 
 
-def fleet_ls(options: FleetOptions, policy: Policy, out: TextIO, as_json: bool) -> int:
-    """``gpuledger fleet ls``: 0 once the fleet is printed, whatever it holds."""
+def fleet_ls(options: FleetOptions, policy: Policy, out: TextIO, as_json: bool) -> ExitCode:
+    """``gpuledger fleet ls``: ``OK`` once the fleet is printed, whatever it holds."""
     fleet = sweep_once(fleet_config(options), policy)
     if as_json:
         json.dump(fleet_doc(fleet), out, indent=2)
         out.write("\n")
     else:
         out.write(render_fleet(fleet))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def fleet_check(
     options: FleetOptions, policy: Policy, out: TextIO, as_json: bool, exit_on: Level | None
-) -> int:
-    """``gpuledger fleet check``: 1 when a finding is at or above ``exit_on``."""
+) -> ExitCode:
+    """``gpuledger fleet check``: ``FOUND`` when a finding is at or above ``exit_on``."""
     fleet = sweep_once(fleet_config(options), policy)
     if as_json:
         json.dump(fleet_findings_doc(fleet), out, indent=2)
@@ -141,7 +148,7 @@ def fleet_check(
     else:
         out.write(render_fleet_findings(fleet))
     level = exit_on if exit_on is not None else policy.exit_on
-    return EXIT_FOUND if any(f.level >= level for f in fleet.findings) else EXIT_OK
+    return ExitCode.FOUND if any(f.level >= level for f in fleet.findings) else ExitCode.OK
 
 
 @dataclass(frozen=True)
@@ -155,8 +162,8 @@ class ServeFleet:
     """``--web-config``: HTTPS and basic auth, as ``serve`` takes them."""
 
 
-def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: TextIO) -> int:
-    """Run the fleet controller until SIGTERM; 0 when it stopped as asked."""
+def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: TextIO) -> ExitCode:
+    """Run the fleet controller until SIGTERM; ``OK`` when it stopped as asked."""
     config = fleet_config(options)
     configure_logging(sys.stderr)
     clock = SystemClock()
@@ -173,4 +180,86 @@ def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: T
         out.flush()
 
     controller.run(started)
-    return EXIT_OK
+    return ExitCode.OK
+
+
+# --------------------------------------------------------------------------- the flags
+
+
+def ls_command(flags: FleetFlags, as_json: bool, out: TextIO) -> ExitCode:
+    """``gpuledger fleet ls``: the policy and the flags checked, then one sweep printed."""
+    policy = policy_file(flags.policy)
+    return fleet_ls(fleet_options(flags), policy, out, as_json)
+
+
+def check_command(flags: FleetFlags, as_json: bool, exit_on: Level | None, out: TextIO) -> ExitCode:
+    """``gpuledger fleet check``: as ``ls``, its findings printed and judged."""
+    policy = policy_file(flags.policy)
+    return fleet_check(fleet_options(flags), policy, out, as_json, exit_on)
+
+
+def serve_command(flags: FleetFlags, serve: ServeFleet, out: TextIO) -> ExitCode:
+    """``gpuledger fleet serve``: as ``ls``, then the fleet controller run."""
+    policy = policy_file(flags.policy)
+    return fleet_serve(fleet_options(flags), policy, serve, out)
+
+
+def fleet_options(flags: FleetFlags) -> FleetOptions:
+    """The fleet's sources the flags name; ``UsageError`` for a value that cannot be used."""
+    d = flags.discovery
+    discover = Discover(
+        targets=_targets(d),
+        consul=_consul_settings(d.consul, flags.timeout),
+        consul_service=d.consul.service,
+        nomad_service=d.nomad_service,
+        nomad_namespace=d.nomad_namespace or os.environ.get("NOMAD_NAMESPACE") or "default",
+        node_scheme=d.node_scheme,
+    )
+    tls = flags.node_tls
+    return FleetOptions(
+        discover=discover,
+        nomad=nomad_env_settings(flags.nomad, flags.timeout),
+        nomad_nodes=not flags.nomad.off,
+        node_tls=TlsSettings(
+            ca_cert=tls.ca_cert,
+            ca_path=tls.ca_path,
+            client_cert=tls.client_cert,
+            client_key=tls.client_key,
+            server_name=tls.server_name,
+            skip_verify=bool(tls.skip_verify),
+        ),
+        concurrency=flags.concurrency,
+        timeout=flags.timeout.total_seconds(),
+        stale_after=flags.stale_after,
+        shard=flags.shard,
+    )
+
+
+def _targets(flags: DiscoveryFlags) -> tuple[str, ...]:
+    if flags.targets_file is not None:
+        return tuple(read_targets_file(flags.targets_file))
+    if flags.targets is None:
+        return ()
+    urls = [u for u in flags.targets.split(",") if u.strip()]
+    if not urls:
+        raise ConfigError("--targets names no URL")
+    return tuple(check_target(url, "--targets") for url in urls)
+
+
+def _consul_settings(flags: ConsulFlags, timeout: timedelta) -> ConsulSettings | None:
+    if flags.addr is None:
+        return None
+    tls: TlsFlags = flags.tls
+    return with_flags(
+        consul_settings_from_env(os.environ),
+        addr=flags.addr or None,
+        token_file=flags.token_file,
+        ssl=flags.ssl,
+        ca_cert=tls.ca_cert,
+        ca_path=tls.ca_path,
+        client_cert=tls.client_cert,
+        client_key=tls.client_key,
+        server_name=tls.server_name,
+        skip_verify=tls.skip_verify,
+        timeout=timeout.total_seconds(),
+    )

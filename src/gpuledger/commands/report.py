@@ -12,10 +12,18 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TextIO
 
-from gpuledger.collectors.prometheus import PrometheusClient, PrometheusSettings
+from gpuledger.collectors.prometheus import (
+    PrometheusClient,
+    PrometheusSettings,
+    read_basic_auth,
+)
+from gpuledger.collectors.prometheus import check_url as check_prometheus_url
+from gpuledger.commands.options import ReportFlags, ReportOutput
+from gpuledger.controller.clock import SystemClock
 from gpuledger.core.report_queries import (
     JOB_METRIC,
     STATE_METRIC,
@@ -23,14 +31,11 @@ from gpuledger.core.report_queries import (
     job_query,
     state_query,
 )
-from gpuledger.errors import ConfigError, SourceError, SourceName
+from gpuledger.errors import ConfigError, ExitCode, SourceError, SourceName, UsageError
 from gpuledger.model.contract import iso_time, report_doc
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.report_values import By, Report, Window
 from gpuledger.views.report_formats import render_csv, render_html, render_table
-
-EXIT_OK, EXIT_FAILED = 0, 1
-Output = Literal["table", "json", "csv"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class ReportOptions:
     settings: PrometheusSettings
     window: Window
     by: By = By.JOB
-    output: Output = "table"
+    output: ReportOutput = "table"
     html: Path | None = None
     """The page's file; ``-`` writes it to the standard output."""
 
@@ -87,15 +92,16 @@ def _write_page(path: Path, page: str, out: TextIO) -> None:
         raise ConfigError(f"--html {path}: cannot write it: {exc.strerror or exc}") from None
 
 
-def run_report(options: ReportOptions, out: TextIO, err: TextIO | None = None) -> int:
-    """Print (or write) the report; 1 with one line on ``err`` (stderr) when Prometheus fails."""
+def run_report(options: ReportOptions, out: TextIO, err: TextIO | None = None) -> ExitCode:
+    """Print (or write) the report; ``FAILED`` with one line on ``err`` (stderr) when
+    Prometheus fails."""
     if options.html is not None:
         check_html_target(options.html)
     try:
         report = fetch_report(options)
     except SourceError as exc:
         (err or sys.stderr).write(f"gpuledger report: {exc}\n")
-        return EXIT_FAILED
+        return ExitCode.FAILED
     if options.html is not None:
         _write_page(options.html, render_html(report), out)
     elif options.output == "json":
@@ -105,4 +111,62 @@ def run_report(options: ReportOptions, out: TextIO, err: TextIO | None = None) -
         out.write(render_csv(report))
     else:
         out.write(render_table(report))
-    return EXIT_OK
+    return ExitCode.OK
+
+
+def report_command(flags: ReportFlags, out: TextIO) -> ExitCode:
+    """``gpuledger report``: the flags checked (before any query), then the report."""
+    if flags.output == "json" and flags.by != "job":
+        raise UsageError(
+            f"--by {flags.by} shapes the table, --csv and --html; the --json document always "
+            "lists jobs, nodes and totals"
+        )
+    options = ReportOptions(
+        settings=prometheus_settings(flags),
+        window=report_window(flags.since, flags.until),
+        by=By(flags.by),
+        output=flags.output,
+        html=flags.html,
+    )
+    return run_report(options, out)
+
+
+def report_window(since: timedelta | datetime, until: datetime | None) -> Window:
+    """``(--since, --until]``: ``until`` defaults to now (whole seconds), ``since`` is a time or
+    a span before ``until``; ``UsageError`` for a window in the future or empty."""
+    now = SystemClock().now()
+    end = until or now.replace(microsecond=0)
+    if end > now:
+        raise UsageError(f"--until {iso_time(end)} is in the future; leave it out for now")
+    start = since if isinstance(since, datetime) else end - since
+    seconds = int((end - start).total_seconds())
+    if seconds < 1:
+        raise UsageError(
+            f"--until {iso_time(end)} is not after --since {iso_time(start)}: the window "
+            "is (--since, --until]"
+        )
+    return Window(until=end, seconds=seconds)
+
+
+def prometheus_settings(flags: ReportFlags) -> PrometheusSettings:
+    """How to reach Prometheus; ``UsageError`` for flags that cannot go together or be used."""
+    token = None
+    if flags.token_env is not None:
+        if flags.basic_auth_file is not None:
+            raise UsageError(
+                "pass --prometheus-token-env or --prometheus-basic-auth-file, not both"
+            )
+        token = os.environ.get(flags.token_env, "").strip()
+        if not token:
+            raise UsageError(
+                f"--prometheus-token-env {flags.token_env}: that environment "
+                "variable is not set or empty"
+            )
+    basic = flags.basic_auth_file
+    return PrometheusSettings(
+        url=check_prometheus_url(flags.prometheus),
+        token=token,
+        basic_auth=read_basic_auth(basic) if basic is not None else None,
+        ca_cert=flags.ca_cert,
+        timeout=flags.timeout.total_seconds(),
+    )

@@ -18,11 +18,14 @@ from typing import TextIO
 from gpuledger import __version__
 from gpuledger.collectors.nomad_meta import NodeMetaClient
 from gpuledger.commands.logs import configure_logging
+from gpuledger.commands.node_sources import policy_file, source_config
+from gpuledger.commands.options import NodeSources
 from gpuledger.controller.clock import SystemClock
 from gpuledger.controller.loop import NodeController, attempt_timeout
 from gpuledger.controller.meta_publisher import NodeMetaPublisher
 from gpuledger.controller.node import configured_node
 from gpuledger.controller.sources import SourceConfig, Sources
+from gpuledger.errors import ExitCode, UsageError
 from gpuledger.model.redact import CommandMode
 from gpuledger.policy.rules import Policy
 from gpuledger.web.app import App
@@ -46,8 +49,17 @@ class ServeOptions:
     clear_node_meta_on_exit: bool = False
 
 
-def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: TextIO) -> int:
-    """Run the node controller until SIGTERM; 0 when it stopped as asked."""
+def serve_command(sources: NodeSources, options: ServeOptions, out: TextIO) -> ExitCode:
+    """``gpuledger serve``: the flags checked, then the node controller run."""
+    if options.publish_node_meta and sources.nomad.off:
+        raise UsageError("--publish-node-meta writes to Nomad: it cannot go with --no-nomad")
+    if options.clear_node_meta_on_exit and not options.publish_node_meta:
+        raise UsageError("--clear-node-meta-on-exit needs --publish-node-meta")
+    return serve(source_config(sources), policy_file(sources.policy), options, out)
+
+
+def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: TextIO) -> ExitCode:
+    """Run the node controller until SIGTERM; ``OK`` when it stopped as asked."""
     configure_logging(sys.stderr)
     timeout = attempt_timeout(options.interval, config.timeout)
     clock = SystemClock()
@@ -77,7 +89,7 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
     controller.run()
     if publisher:
         publisher.stop(clear=options.clear_node_meta_on_exit)
-    return 0
+    return ExitCode.OK
 
 
 def _publisher(

@@ -43,7 +43,7 @@ from typing import TextIO
 from gpuledger.commands.policy_test.case_ledgers import AT, Scenarios, inline_ledger, since_of
 from gpuledger.commands.policy_test.compare import compare
 from gpuledger.commands.policy_test.suite import Case, Suite, load_suite
-from gpuledger.errors import ConfigError, PolicyError
+from gpuledger.errors import ConfigError, ExitCode, PolicyError
 from gpuledger.policy.evaluate import evaluate
 
 __all__ = ["run_case", "run_policy_tests"]
@@ -65,8 +65,9 @@ def run_case(suite: Suite, case: Case, scenarios: Scenarios) -> list[str]:
     return compare(expected, findings, index_of)
 
 
-def run_policy_tests(files: list[Path], out: TextIO) -> int:
-    """Run every case of ``files``: 0 when all pass, 1 when one fails (with its diff)."""
+def run_policy_tests(files: list[Path], out: TextIO) -> ExitCode:
+    """Run every case of ``files``: ``OK`` when all pass, ``FOUND`` when one fails (with its
+    diff)."""
     suites: list[Suite] = []
     problems: list[str] = []
     for path in files:
@@ -93,4 +94,4 @@ def run_policy_tests(files: list[Path], out: TextIO) -> int:
                 out.write(f"  ok    {case.name}\n")
     total = passed + failed
     out.write(f"{total} case{'s' if total != 1 else ''}: {passed} passed, {failed} failed\n")
-    return 1 if failed else 0
+    return ExitCode.FOUND if failed else ExitCode.OK

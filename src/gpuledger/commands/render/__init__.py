@@ -17,7 +17,7 @@ from typing import TextIO
 
 from gpuledger.commands.render.jobs import render_jobs
 from gpuledger.commands.render.values_file import merged_values, schema_text, values_text
-from gpuledger.errors import ConfigError
+from gpuledger.errors import ConfigError, ExitCode
 
 __all__ = ["render", "schema_text", "values_text"]
 
@@ -28,13 +28,13 @@ def render(
     set_strings: Sequence[str],
     output_dir: Path | None,
     out: TextIO,
-) -> int:
+) -> ExitCode:
     """Render the jobs; print them, each after a ``# Source:`` line, or write them into
     ``output_dir`` and say so. ``ConfigError`` for values that cannot be used."""
     jobs = render_jobs(merged_values(files, sets, set_strings))
     if output_dir is None:
         out.write("\n".join(f"# Source: {name}\n{text}" for name, text in jobs.items()))
-        return 0
+        return ExitCode.OK
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         for name, text in jobs.items():
@@ -44,4 +44,4 @@ def render(
         raise ConfigError(f"--output-dir {output_dir}: cannot write: {why}") from None
     for name in jobs:
         out.write(f"wrote {output_dir / name}\n")
-    return 0
+    return ExitCode.OK

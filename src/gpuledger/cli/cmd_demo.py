@@ -1,0 +1,39 @@
+"""``gpuledger demo``: a simulated node (or fleet) with every state and finding."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from gpuledger.cli import flags
+from gpuledger.errors import ExitCode
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """``demo``'s flags."""
+    parser.description = (
+        "Run a simulated GPU node (fake nvidia-smi, /proc, Docker, Podman and "
+        "Nomad) with drift that changes over time, and serve it on localhost."
+    )
+    flags.add_json(parser, "print the JSON documents")
+    parser.add_argument(
+        "--mig",
+        action="store_true",
+        help="a node whose H200 is split with MIG: a ledger per instance",
+    )
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="a simulated fleet instead, watched by gpuledger fleet serve",
+    )
+
+
+def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    """The simulated node (or fleet), served until Ctrl-C; ``--json``: one read of it."""
+    if args.fleet:
+        from gpuledger.commands.demo_fleet import run_fleet_demo  # noqa: PLC0415
+
+        return run_fleet_demo(out)
+    from gpuledger.commands.demo import run_demo  # noqa: PLC0415 - the simulator loads only here
+
+    return run_demo(out, as_json=args.json, scenario="mig" if args.mig else "demo")

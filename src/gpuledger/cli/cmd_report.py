@@ -1,0 +1,101 @@
+"""``gpuledger report``: GPU-hours and waste per job, read back from Prometheus."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from pathlib import Path
+from typing import TextIO
+
+from gpuledger.cli import flags, types
+from gpuledger.commands.options import ReportFlags
+from gpuledger.errors import ExitCode
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """``report``'s flags."""
+    parser.description = (
+        "GPU-hours each job reserved, held and left idle, and each node's hours "
+        "in each state, from gpuledger's counters in Prometheus (increase() over the window)."
+    )
+    parser.add_argument(
+        "--prometheus",
+        required=True,
+        metavar="URL",
+        help="Prometheus's base URL, with its path prefix if it has one",
+    )
+    parser.add_argument(
+        "--since",
+        type=types.since,
+        default=timedelta(days=7),
+        metavar="DURATION|TIME",
+        help="the window's start: how long before --until (7d, 12h), or a time (default 7d)",
+    )
+    parser.add_argument(
+        "--until",
+        type=types.instant,
+        metavar="TIME",
+        help="the window's end: RFC 3339 or Unix seconds (default now)",
+    )
+    parser.add_argument(
+        "--by",
+        choices=("job", "namespace", "node"),
+        default="job",
+        help="the rows of the table, the CSV and the bars (default job)",
+    )
+    fmt = parser.add_mutually_exclusive_group()
+    flags.add_json(fmt)
+    fmt.add_argument("--csv", action="store_true", help="the rows as CSV, with a header")
+    fmt.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="write a self-contained HTML page with bars to FILE (- for stdout)",
+    )
+    _add_access(parser.add_argument_group("access to Prometheus"))
+
+
+def _add_access(access: flags.Flags) -> None:
+    access.add_argument(
+        "--prometheus-token-env",
+        metavar="NAME",
+        help="send the bearer token held by the environment variable NAME",
+    )
+    access.add_argument(
+        "--prometheus-basic-auth-file",
+        type=Path,
+        metavar="FILE",
+        help="HTTP basic auth: USER:PASSWORD on the file's first line",
+    )
+    access.add_argument(
+        "--prometheus-ca-cert",
+        type=Path,
+        metavar="FILE",
+        help="trust this CA for https:// (default: the system's CAs)",
+    )
+    access.add_argument(
+        "--timeout",
+        type=types.duration,
+        default=timedelta(minutes=2),
+        metavar="DURATION",
+        help="how long Prometheus may take over one query (default 2m)",
+    )
+
+
+def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    """Ask Prometheus, print the report."""
+    from gpuledger.commands.report import report_command  # noqa: PLC0415 - only to run
+
+    asked = ReportFlags(
+        prometheus=args.prometheus,
+        since=args.since,
+        until=args.until,
+        by=args.by,
+        output="json" if args.json else "csv" if args.csv else "table",
+        html=args.html,
+        token_env=args.prometheus_token_env,
+        basic_auth_file=args.prometheus_basic_auth_file,
+        ca_cert=args.prometheus_ca_cert,
+        timeout=args.timeout,
+    )
+    return report_command(asked, out)

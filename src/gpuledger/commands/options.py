@@ -1,0 +1,138 @@
+"""What the command line hands the commands: its flags as small frozen values.
+
+The CLI reads its flags into these and calls a command with them; the commands turn them into
+the settings of the clients and sources they wire (``node_sources``, ``fleet``, ``report``).
+argparse never crosses into ``commands``: these are plain values.
+
+Two parsers of flag values live here too, because their rules belong to the rooms below the
+CLI, which it may not import: a duration is the policy's (``90s``, ``6h``, ``1h30m``, at most
+a hundred years), a shard the fleet's (``K/N``). Both import their room only when called, so
+that a command's parser loads neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from gpuledger.model.redact import CommandMode
+
+if TYPE_CHECKING:
+    from gpuledger.core.fleet_join import Shard as Shard  # noqa: PLC0414 - for the CLI's types
+
+GpuBackend = Literal["auto", "nvml", "nvidia-smi"]
+ReportOutput = Literal["table", "json", "csv"]
+
+
+def parse_duration(text: str) -> timedelta:
+    """The policy's duration syntax; ``ValueError`` says what is wrong."""
+    from gpuledger.policy.load import parse_duration as policy_duration  # noqa: PLC0415
+
+    return policy_duration(text)
+
+
+def parse_shard(text: str) -> Shard:
+    """``K/N``, ``0 <= K < N``; ``ValueError`` says what is wrong."""
+    # The fleet's join (and its model) loads only for the fleet: serve's imports stay a node's.
+    from gpuledger.core.fleet_join import Shard  # noqa: PLC0415
+
+    return Shard.parse(text)
+
+
+@dataclass(frozen=True)
+class TlsFlags:
+    """One client's TLS flags (``--<client>-ca-cert`` …); ``None``: not given."""
+
+    ca_cert: Path | None = None
+    ca_path: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    server_name: str | None = None
+    skip_verify: bool | None = None
+
+
+@dataclass(frozen=True)
+class NomadFlags:
+    """The ``--nomad-*`` flags: each given one overrides its ``NOMAD_*`` variable."""
+
+    addr: str | None = None
+    node_id: str | None = None
+    off: bool = False
+    """``--no-nomad``."""
+    token_file: Path | None = None
+    tls: TlsFlags = field(default_factory=TlsFlags)
+
+
+@dataclass(frozen=True)
+class NodeSources:
+    """What ``ls``, ``check`` and ``serve`` read, and the policy and history they judge by."""
+
+    gpu_backend: GpuBackend = "auto"
+    nvidia_smi: str = "nvidia-smi"
+    proc_root: Path = Path("/proc")
+    timeout: timedelta = timedelta(seconds=10)
+    commands: CommandMode = "redacted"
+    docker: str | None = None
+    """``--docker``: a URL, ``off``, or ``None`` (the default socket when it exists)."""
+    podman: str | None = None
+    nomad: NomadFlags = field(default_factory=NomadFlags)
+    policy: Path | None = None
+    history: Path | None = None
+    node_name: str = ""
+
+
+@dataclass(frozen=True)
+class ConsulFlags:
+    """The ``--consul*`` flags: each given one overrides its ``CONSUL_*`` variable."""
+
+    addr: str | None = None
+    """``--consul [ADDR]``: ``None`` when not given, ``""`` for the default address."""
+    service: str = "gpuledger"
+    token_file: Path | None = None
+    tls: TlsFlags = field(default_factory=TlsFlags)
+    ssl: bool | None = None
+
+
+@dataclass(frozen=True)
+class DiscoveryFlags:
+    """How the node controllers are found: exactly one of the four ways."""
+
+    targets: str | None = None
+    """``--targets``: the comma-separated URLs as given."""
+    targets_file: Path | None = None
+    consul: ConsulFlags = field(default_factory=ConsulFlags)
+    nomad_service: str | None = None
+    nomad_namespace: str | None = None
+    node_scheme: str = "http"
+
+
+@dataclass(frozen=True)
+class FleetFlags:
+    """What ``fleet ls``, ``check`` and ``serve`` read, and the policy they judge by."""
+
+    discovery: DiscoveryFlags
+    nomad: NomadFlags = field(default_factory=NomadFlags)
+    node_tls: TlsFlags = field(default_factory=TlsFlags)
+    concurrency: int = 64
+    timeout: timedelta = timedelta(seconds=5)
+    stale_after: timedelta = timedelta(minutes=2)
+    shard: Shard | None = None
+    policy: Path | None = None
+
+
+@dataclass(frozen=True)
+class ReportFlags:
+    """What ``report`` is asked: where Prometheus is, how to reach it, the window, the output."""
+
+    prometheus: str
+    since: timedelta | datetime = timedelta(days=7)
+    until: datetime | None = None
+    by: str = "job"
+    output: ReportOutput = "table"
+    html: Path | None = None
+    token_env: str | None = None
+    basic_auth_file: Path | None = None
+    ca_cert: Path | None = None
+    timeout: timedelta = timedelta(minutes=2)
