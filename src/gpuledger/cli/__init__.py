@@ -9,6 +9,18 @@ names each module and its one-line summary (as pip's ``commands_dict``); a modul
 only when its command runs or shows its help (as click's ``LazyGroup``), and imports what its
 command needs only in ``run``: ``gpuledger --help`` loads no command.
 
+- ``usage``: the parser every command line is made of, and its usage errors
+- ``flags``: the flags more than one command takes, each group defined once
+- ``types``: the types of the flags' values (durations, instants, levels, shards)
+- ``cmd_ls``: ``gpuledger ls``, the node's ledger
+- ``cmd_check``: ``gpuledger check``, the node's findings against ``--exit-on``
+- ``cmd_serve``: ``gpuledger serve``, the node controller
+- ``cmd_fleet``: ``gpuledger fleet ls | check | serve``, the fleet controller
+- ``cmd_report``: ``gpuledger report``, GPU-hours and waste from Prometheus
+- ``cmd_policy``: ``gpuledger policy show | check | schema | test``
+- ``cmd_render``: ``gpuledger render``, the Nomad job specs
+- ``cmd_demo``: ``gpuledger demo``, a simulated node or fleet
+
 Exit codes (``gpuledger.errors.ExitCode``): 0 done (``check``: nothing at or above
 ``--exit-on``), 1 ``check`` found something at or above it (or ``policy check`` found problems,
 or ``report`` could not read Prometheus), 2 a usage error — always a message that names the

@@ -1,10 +1,18 @@
 """The commands: each wires the layers below it for one thing the CLI can be asked to do.
 
-``ledger_once`` (``ls`` and ``check``: one read of the node), ``serve`` (the node controller),
-``fleet`` (the fleet controller: ``fleet ls``, ``check``, ``serve``), ``report`` (GPU-hours from
-Prometheus), ``policy_cmd`` (``policy show``, ``check``, ``schema``, ``test``; the tests
-themselves in ``policy_test``), ``render`` (the Nomad jobs), ``demo`` (a simulated node, or
-fleet). ``options`` holds the values the CLI reads its flags into, ``node_sources`` turns a
-node's into the settings of its sources. The CLI parses flags and calls one of these with plain
-values; nothing here parses a command line, and every command returns an ``ExitCode``.
+The CLI parses flags into the values of ``options`` and calls one of these; nothing here parses
+a command line, and every command returns an ``ExitCode``:
+
+- ``options``: what the command line hands the commands, as small frozen values
+- ``node_sources``: the node's sources and policy as the flags name them
+- ``ledger_once``: ``ls`` and ``check``, one tick without a loop
+- ``serve``: the node controller, its loop and its HTTP server
+- ``fleet``: the fleet controller: ``fleet ls``, ``check`` and ``serve``
+- ``report``: GPU-hours and waste per job, read back from Prometheus
+- ``policy_cmd``: ``policy show``, ``check``, ``schema`` and ``test``
+- ``policy_test``: a policy's unit tests
+- ``render``: the Nomad job specs from Helm-like values
+- ``demo``: a simulated node served on localhost, drifting as real nodes do
+- ``demo_fleet``: the fleet the demo watches with the real ``fleet serve``
+- ``logs``: how the long-running commands log
 """
