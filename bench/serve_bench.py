@@ -280,6 +280,7 @@ def child_memory(ticks: list[int], folder: Path, page: bool) -> None:
     """The controller in this process: RSS after each count of ticks, as JSON on stdout."""
     node_like()
     import gpuledger.cli  # noqa: PLC0415 - what `gpuledger serve` imports
+    import gpuledger.cli.cmd_serve  # noqa: PLC0415 - its parser, flags and types
     import gpuledger.commands.serve  # noqa: F401, PLC0415
     from gpuledger.commands.logs import configure_logging  # noqa: PLC0415
     from gpuledger.controller.loop import NodeController  # noqa: PLC0415
@@ -476,7 +477,7 @@ def report() -> None:
     memory, exporter, latency = bench_memory(), bench_node_exporter(), bench_latency()
     with_page = bench_memory(page=True)
     python, costs = imports_kib(), import_costs()
-    dev = imports_kib("import gpuledger.cli, gpuledger.commands.serve")
+    dev = imports_kib("import gpuledger.cli, gpuledger.cli.cmd_serve, gpuledger.commands.serve")
     print(f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {exporter.get('binary')}\n")
     row("figure", "gpuledger", "baseline", "target", "result")
     row("---", "---", "---", "---", "---")
