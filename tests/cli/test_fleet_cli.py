@@ -2,9 +2,9 @@
 
 The fleet (``sim/fleet_sim.py``'s mixed fleet) has healthy nodes and one node for each fault a
 controller can show: it hangs, answers 500, garbage, an HTML page, half a ledger, a ledger of
-schema 2, a redirect loop, a loop that stopped ticking, a node id Nomad does not know, or nothing
-at all (dead); a GPU node runs no controller; a node is down; one has no GPU. Expected statuses
-follow from that list (``MIXED_FAULTS``), not from the code's output.
+schema 2, a redirect (never followed), a loop that stopped ticking, a node id Nomad does not
+know, or nothing at all (dead); a GPU node runs no controller; a node is down; one has no GPU.
+Expected statuses follow from that list (``MIXED_FAULTS``), not from the code's output.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def test_targets_read_every_healthy_node_and_count_its_gpus(
         ("gpu-garbage", "unreachable", "answered application/json that is not a JSON ledger"),
         ("gpu-html", "unreachable", "answered text/html that is not a JSON ledger"),
         ("gpu-truncated", "unreachable", "not a JSON ledger"),
-        ("gpu-redirect", "unreachable", "redirects in a loop"),
+        ("gpu-redirect", "unreachable", "answered HTTP 302, a redirect: a node controller never"),
         ("gpu-schema2", "schema-mismatch", "answers the ledger contract schema 2"),
         ("gpu-stale", "stale", "more than three of its 15s intervals"),
     ],

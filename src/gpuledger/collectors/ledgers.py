@@ -7,6 +7,12 @@ sends one byte a second), so one hanging node never stalls the others. Each read
 ``ETag`` of the last answer in ``If-None-Match``: an unchanged node answers ``304`` and costs
 almost nothing, and still says when it last ticked (``X-Gpuledger-Tick``).
 
+No redirect is followed: a node controller never sends one, and one followed would read (and
+quote in a finding) whatever service the node pointed the fleet at; a redirect is that node's
+failure, named with no more of its ``Location`` than a plain origin. Of an answer that is not a
+ledger (an HTTP error) only its first ``ERROR_BODY`` bytes are read, for the excerpt a finding
+quotes.
+
 This module only reads: what an answer means (a ledger, garbage, another schema, a stale loop)
 is the fleet loop's to judge.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import re
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,7 +45,12 @@ from gpuledger.model.contract import INTERVAL_HEADER, TICK_HEADER
 NODE_TLS = TlsNames("node controller", "node")
 MAX_BODY = 32 * 1024 * 1024
 """A ledger of 64 GPUs with 64 tenants each is about 3 MiB: more is not a ledger."""
-MAX_REDIRECTS = 5
+ERROR_BODY = 1024
+"""Of an answer that is not a ledger (an HTTP error), only this much is read: enough for the
+short excerpt a finding quotes, never a page to carry around."""
+_ORIGIN = re.compile(
+    r"https?://[A-Za-z0-9.\-]{1,253}(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]{2,45}\](:[0-9]{1,5})?"
+)
 T = TypeVar("T")
 
 
@@ -158,8 +170,6 @@ class LedgerReader:
             return await self._get(url, etag)
         except asyncio.TimeoutError:
             return LedgerAnswer(url, error=f"timed out after {self.timeout:g}s")
-        except aiohttp.TooManyRedirects:
-            return LedgerAnswer(url, error=f"redirects in a loop (more than {MAX_REDIRECTS})")
         except (aiohttp.ClientError, OSError) as err:
             return LedgerAnswer(url, error=self._why(url, err))
 
@@ -171,12 +181,16 @@ class LedgerReader:
         async with self._session.get(
             f"{url}/ledger",
             headers=headers,
-            max_redirects=MAX_REDIRECTS,
+            # A node controller never redirects: following one would read (and quote in a
+            # finding) whatever internal service a hostile node points the fleet at.
+            allow_redirects=False,
             server_hostname=self.tls.server_name,
             # One deadline for everything, the body included: a node that sends a byte a
             # second is cut off as one that sends nothing.
             timeout=self._deadline,
         ) as response:
+            if _is_redirect(response.status):
+                return LedgerAnswer(url, status=response.status, error=_redirected(response))
             body, error = await _body(response)
             return LedgerAnswer(
                 url,
@@ -224,10 +238,36 @@ def _reset(err: BaseException) -> bool:
     )
 
 
+def _is_redirect(status: int) -> bool:
+    return 300 <= status < 400 and status != 304  # 3xx, but not "unchanged"
+
+
+def _redirected(response: aiohttp.ClientResponse) -> str:
+    """The named failure of a redirect: where it pointed (its origin only, when that is a
+    plain ``scheme://host[:port]``; never a path or query, which may carry a token)."""
+    try:
+        location = urlsplit(response.headers.get("Location", "").strip())
+        origin = f"{location.scheme}://{location.netloc}".lower() if location.netloc else ""
+    except ValueError:  # "Invalid IPv6 URL": not an origin to show
+        origin = ""
+    to = f" to {origin}" if _ORIGIN.fullmatch(origin) else ""
+    return (
+        f"answered HTTP {response.status}, a redirect{to}: a node controller never redirects, "
+        "so the fleet does not follow it (give the controller's own URL)"
+    )
+
+
 async def _body(response: aiohttp.ClientResponse) -> tuple[bytes, str | None]:
-    """The body, up to ``MAX_BODY``; a larger one is not read (and is an error)."""
+    """The body, up to ``MAX_BODY``; a larger one is not read (and is an error). Of an HTTP
+    error, only its first ``ERROR_BODY`` bytes, for the excerpt a finding quotes."""
     if response.status == 304:
         return b"", None
+    if response.status != 200:
+        chunks, size = [], 0
+        while size < ERROR_BODY and (chunk := await response.content.read(ERROR_BODY - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks), None
     if (response.content_length or 0) > MAX_BODY:
         return b"", f"answered {response.content_length} bytes, more than a ledger can be"
     chunks, size = [], 0
