@@ -8,9 +8,7 @@ with autoescaping, so every name Prometheus returns is escaped. The bars are inl
 from __future__ import annotations
 
 import base64
-import csv
 import hashlib
-import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -25,6 +23,7 @@ from gpuledger.views.table import columns, printable
 BAR_LIMIT = 50
 """The chart shows the most idle rows; the table below it lists every one."""
 _KEY_HEADERS = {By.JOB: ("namespace", "job"), By.NAMESPACE: ("namespace",), By.NODE: ("node",)}
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _CHART_WIDTH, _LABEL_WIDTH, _BAR_WIDTH, _ROW_HEIGHT = 960, 280, 520, 24
 
 
@@ -84,25 +83,37 @@ def render_table(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def csv_cell(text: str) -> str:
+    """``text`` as one CSV field a spreadsheet will not run.
+
+    A cell that begins with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return is a formula
+    to Excel, LibreOffice and Google Sheets (``=cmd|'/C calc'!A0``), so it gets a leading
+    ``'``, as OWASP's "CSV Injection" advises; a field holding a comma, a quote, a carriage
+    return or a newline is quoted (RFC 4180), a bare carriage return included: unquoted, a
+    spreadsheet starts a new row there, and the rest of the cell would begin one.
+    """
+    cell = "'" + text if text.startswith(_FORMULA_STARTS) else text
+    if any(c in cell for c in ',"\r\n'):
+        return '"' + cell.replace('"', '""') + '"'
+    return cell
+
+
 def render_csv(report: Report) -> str:
-    """The rows as CSV with a header: the key columns, then hours and the idle share (0-1)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(
-        [*_KEY_HEADERS[report.by], "reserved_hours", "held_hours", "idle_hours", "idle_share"]
-    )
+    """The rows as CSV with a header: the key columns, then hours and the idle share (0-1);
+    every cell through ``csv_cell`` (a job's name is chosen by whoever submits the job)."""
+    header = [*_KEY_HEADERS[report.by], "reserved_hours", "held_hours", "idle_hours", "idle_share"]
+    lines = [",".join(header)]
     for r in report.rows:
         share = r.idle_share
-        writer.writerow(
-            [
-                *r.key,
-                f"{r.reserved:.6f}",
-                f"{r.held:.6f}",
-                f"{r.idle:.6f}",
-                "" if share is None else f"{share:.6f}",
-            ]
-        )
-    return out.getvalue()
+        cells = [
+            *r.key,
+            f"{r.reserved:.6f}",
+            f"{r.held:.6f}",
+            f"{r.idle:.6f}",
+            "" if share is None else f"{share:.6f}",
+        ]
+        lines.append(",".join(csv_cell(c) for c in cells))
+    return "".join(f"{line}\n" for line in lines)
 
 
 @dataclass(frozen=True)
