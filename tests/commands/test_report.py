@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 
 from gpuledger.cli import main
-from gpuledger.collectors.prometheus import PrometheusClient, PrometheusSettings
+from gpuledger.collectors.prometheus import PrometheusClient, PrometheusSettings, decode_answer
 from gpuledger.core.report_queries import build_report, job_query, state_query
 from gpuledger.errors import SourceError
 from gpuledger.model.report_values import By, Sample, Window
 from gpuledger.views.report_formats import bars, render_csv, render_html, render_table
+from gpuledger.views.table import printable
 from tests.fakes.fake_prometheus import Answer, fake_prometheus, fixture
 from tests.paths import GOLDEN
 
@@ -295,6 +296,13 @@ def test_basic_auth_is_sent_and_kept_out_of_the_repr() -> None:
                          '[{"metric":{},"value":[1,"NaN"]}]}}'), "answered nan for {}"),
         (lambda q: (200, '{"status":"success","data":{"resultType":"vector","result":'
                          '[{"metric":{}}]}}'), "a sample that is not [time, value]"),
+        (lambda q: (200, '{"status":"success","data":{"resultType":"vector","result":'
+                         '[{"metric":{},"value":[1,1' + "0" * 400 + ']}]}}'),
+         "a sample that is not [time, value]"),
+        (lambda q: (200, '{"status":"success","data":{"resultType":"vector","result":7}}'),
+         "without a vector result"),
+        (lambda q: (200, '{"status":["success"]}'), "answered 200 OK, not Prometheus's query"),
+        (lambda q: (200, "[" * 100_000), "answered 200 OK, not Prometheus's query API"),
     ],
 )  # fmt: skip
 def test_each_failure_of_prometheus_is_named(answer: Callable[[str], Answer], message: str) -> None:
@@ -431,3 +439,128 @@ def test_the_until_default_is_now(capsys: pytest.CaptureFixture[str]) -> None:
     at = datetime.fromtimestamp(float(prom.seen[0].params["time"]), timezone.utc)
     assert abs(datetime.now(timezone.utc) - at) < timedelta(seconds=30)
     assert "[3600s]" in prom.seen[0].params["query"]
+
+
+# ----------------------------------------------------------------------------- hostile answers
+
+
+def vector(*items: str) -> str:
+    return '{"status":"success","data":{"resultType":"vector","result":[' + ",".join(items) + "]}}"
+
+
+def job_item(name: str, use: str = "idle", value: str = '"7200"') -> str:
+    """One sample of the job query, ``name`` as JSON source text (escapes kept as written)."""
+    return (
+        f'{{"metric":{{"namespace":"ml","nomad_job":"{name}","use":"{use}","node":"a"}},'
+        f'"value":[1794787200,{value}]}}'
+    )
+
+
+def jobs_then_states(job_body: str) -> Callable[[str], Answer]:
+    states = vector('{"metric":{"state":"held","node":"a"},"value":[1794787200,"3600"]}')
+    return lambda q: (200, job_body if "job_gpu" in q else states)
+
+
+def strict_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, bytes, str]:
+    """``report`` writing to a stream that encodes as a terminal's does (UTF-8, strict)."""
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
+    code = main(["report", *argv], out)
+    out.flush()
+    return code, raw.getvalue(), capsys.readouterr().err
+
+
+@pytest.mark.parametrize("output", [[], ["--csv"], ["--json"], ["--html", "-"]])
+def test_a_label_that_is_not_text_is_a_named_failure_in_every_output(
+    output: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Prometheus's labels are UTF-8: a lone surrogate ("\ud800") is not its answer.
+    body = vector(job_item("train"), job_item("\\ud800x"))
+    with fake_prometheus(jobs_then_states(body)) as prom:
+        code, out, err = strict_run(["--prometheus", prom.url, *output], capsys)
+    assert (code, out) == (1, b"")
+    assert err == (
+        f"gpuledger report: prometheus: {prom.url} answered a label that is not text "
+        "('nomad_job'='\\ud800x'): Prometheus's labels are UTF-8 strings\n"
+    )
+
+
+def test_a_label_that_is_not_text_is_named_in_the_html_file_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "r.html"
+    with fake_prometheus(jobs_then_states(vector(job_item("\\udfff")))) as prom:
+        code, _, err = strict_run(["--prometheus", prom.url, "--html", str(page)], capsys)
+    assert code == 1 and "answered a label that is not text" in err and not page.exists()
+
+
+@pytest.mark.parametrize("value", ['"-1000000000000"', '"-0.5"', "-3"])
+def test_a_negative_increase_is_a_named_failure_never_a_negative_hour(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = vector(job_item("train", value=value))
+    with fake_prometheus(jobs_then_states(body)) as prom:
+        code, out, err = strict_run(["--prometheus", prom.url], capsys)
+    assert (code, out) == (1, b"")
+    assert f"{prom.url} answered -" in err
+    assert err.endswith(": not a count of seconds (an increase is finite and never negative)\n")
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\u202e"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda q: (
+            422,
+            json.dumps({"status": "error", "errorType": "execution", "error": HOSTILE}),
+        ),
+        lambda q: (422, json.dumps({"status": "error", "errorType": HOSTILE, "error": "x"})),
+        lambda q: (200, json.dumps({"status": "success", "warnings": [HOSTILE], "data": {}})),
+        lambda q: (200, json.dumps({"status": "success", "warnings": HOSTILE, "data": {}})),
+        lambda q: (400, json.dumps({"status": "error", "error": HOSTILE + "\n" + "y" * 10**6})),
+    ],
+)
+def test_what_prometheus_says_is_shown_on_one_line_and_cannot_drive_the_terminal(
+    answer: Callable[[str], Answer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fake_prometheus(answer) as prom:
+        code, out, err = strict_run(["--prometheus", prom.url], capsys)
+    assert (code, out) == (1, b"")
+    assert err.startswith(f"gpuledger report: prometheus: {prom.url} answered ")
+    assert err.count("\n") == 1 and len(err) < 600
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f\u202e]", err)
+
+
+def test_a_reason_phrase_cannot_drive_the_terminal_either() -> None:
+    with pytest.raises(SourceError) as caught:
+        decode_answer("http://p", 403, "Forbidden\x1b[2J", b"")
+    assert "\x1b" not in printable(str(caught.value))
+
+
+FORMULAS = ["=cmd|'/C calc'!A0", "+1+cmd|'/C calc'!A0", "-2+3+cmd|'/C calc'!A0",
+            "@SUM(1+9)*cmd|'/C calc'!A0", "\t=1+1", "\r=1+1"]  # fmt: skip
+
+
+def test_no_csv_cell_begins_as_a_formula(capsys: pytest.CaptureFixture[str]) -> None:
+    # OWASP "CSV Injection": a cell beginning with = + - @ TAB or CR gets a leading quote.
+    inner = ["a=b", "plain", "x\r=1+1", 'a,"b"\n=2']  # a bare CR would start a row: quoted
+    names = [*FORMULAS, *inner]
+    body = vector(*(job_item(json.dumps(n)[1:-1], value=f'"{3600 * (i + 1)}"')
+                    for i, n in enumerate(names)))  # fmt: skip
+    with fake_prometheus(jobs_then_states(body)) as prom:
+        code, out, _ = strict_run(["--prometheus", prom.url, "--csv"], capsys)
+    assert code == 0
+    rows = list(csv.reader(io.StringIO(out.decode(), newline="")))
+    jobs = {r[1] for r in rows[1:]}
+    assert jobs == {*("'" + f for f in FORMULAS), *inner}
+    assert len(rows) == 1 + len(names)
+    assert not [c for r in rows for c in r if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+
+
+def test_a_csv_cell_of_a_namespace_or_a_node_is_neutralised_too() -> None:
+    samples = [job("=1+2", "x", "idle", H, node="@node")]
+    by_ns = list(csv.reader(io.StringIO(render_csv(build_report(WEEK, By.NAMESPACE, samples, [])))))
+    by_node = list(csv.reader(io.StringIO(render_csv(build_report(WEEK, By.NODE, samples, [])))))
+    assert by_ns[1][0] == "'=1+2" and by_node[1][0] == "'@node"

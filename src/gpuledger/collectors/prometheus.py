@@ -5,13 +5,15 @@ out of ``ps`` and shell history), HTTP basic auth, a CA file, and a URL that may
 prefix (a Prometheus behind a proxy, or started with ``--web.route-prefix``). Certificates are
 verified by default. Every failure is a ``SourceError`` whose message names the cause in one
 line: unreachable, refused (401/403), timed out, an answer with warnings (partial data), an
-answer that is not Prometheus's.
+answer that is not Prometheus's (not its JSON, a label that is not text, a value that is not a
+count of seconds). ``decode_answer`` reads any status and body into samples or that error.
 
 API: https://prometheus.io/docs/prometheus/latest/querying/api/
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ import requests
 from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.report_values import Sample
+from gpuledger.model.text import excerpt, is_text
 
 _GRACE_S = (1.0, 5.0)
 """The client waits longer than Prometheus is told to, by the timeout itself but at least 1 s
@@ -50,7 +53,7 @@ def check_url(text: str) -> str:
     """``text`` without a trailing slash; ``ConfigError`` unless it is http(s)://host[/prefix]."""
     url = text.strip().rstrip("/")
     parts = urlsplit(url)
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
+    if not is_text(url) or parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ConfigError(
             f"--prometheus {redact_url_passwords(text)!r} is not http(s)://host:port[/prefix]"
         )
@@ -121,80 +124,10 @@ class PrometheusClient:
                 params=params,
                 timeout=self._wait_s,
             )
+            body = response.content
         except requests.RequestException as err:
             raise self._transport_error(err) from None
-        return self._samples(response, self._answer(response))
-
-    def _answer(self, response: requests.Response) -> dict[str, Any]:
-        status = response.status_code
-        if status in {401, 403}:
-            raise SourceError(
-                SourceName.PROMETHEUS,
-                f"{self._shown} answered {status} {response.reason}: "
-                + (
-                    "no credentials were accepted; pass a token with --prometheus-token-env "
-                    "NAME or USER:PASSWORD with --prometheus-basic-auth-file FILE"
-                    if status == 401
-                    else "the credentials are not allowed to query"
-                ),
-            )
-        try:
-            doc = response.json()
-        except ValueError:
-            doc = None
-        if not isinstance(doc, dict) or doc.get("status") not in {"success", "error"}:
-            raise SourceError(
-                SourceName.PROMETHEUS,
-                f"{self._shown} answered {status} {response.reason}, not Prometheus's query "
-                "API: check the URL and its path prefix (the API is at <URL>/api/v1/query)",
-            )
-        if doc["status"] == "error":
-            kind, error = doc.get("errorType", "error"), str(doc.get("error", "no message"))
-            # Prometheus answers 503 "timeout" for a deadline the query engine notices, and 422
-            # "execution" for one the storage hits first ("expanding series: context deadline
-            # exceeded"): its API maps only the engine's ErrQueryTimeout to "timeout".
-            timeout = kind == "timeout" or (
-                kind == "execution" and "context deadline exceeded" in error
-            )
-            what = "the query timed out" if timeout else f"{kind}"
-            raise SourceError(
-                SourceName.PROMETHEUS,
-                f"{self._shown} answered {status}: {what}: {error}"
-                + (" (raise --timeout, or shorten --since)" if timeout else ""),
-            )
-        warnings = doc.get("warnings")
-        if warnings:
-            raise SourceError(
-                SourceName.PROMETHEUS,
-                f"{self._shown} answered with a warning, so its figures may be partial: "
-                + "; ".join(str(w) for w in warnings),
-            )
-        return doc
-
-    def _samples(self, response: requests.Response, doc: dict[str, Any]) -> list[Sample]:
-        data = doc.get("data")
-        if not isinstance(data, dict) or data.get("resultType") != "vector":
-            raise SourceError(
-                SourceName.PROMETHEUS,
-                f"{self._shown} answered {response.status_code} without a vector result",
-            )
-        samples = []
-        for item in data.get("result") or []:
-            try:
-                labels = {str(k): str(v) for k, v in item["metric"].items()}
-                value = float(item["value"][1])
-            except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-                raise SourceError(
-                    SourceName.PROMETHEUS,
-                    f"{self._shown} answered a sample that is not [time, value]",
-                ) from None
-            if not math.isfinite(value):
-                raise SourceError(
-                    SourceName.PROMETHEUS,
-                    f"{self._shown} answered {value} for {labels}: not a count of seconds",
-                )
-            samples.append(Sample(labels=labels, value=value))
-        return samples
+        return decode_answer(self._shown, response.status_code, response.reason or "", body)
 
     def _transport_error(self, err: requests.RequestException) -> SourceError:
         text = str(err)
@@ -218,3 +151,135 @@ class PrometheusClient:
         errno = _ERRNO.search(text)
         why = errno.group(1).strip() if errno else type(err).__name__
         return SourceError(SourceName.PROMETHEUS, f"cannot reach {self._shown}: {why}")
+
+
+# ----------------------------------------------------------------------------- the answer
+#
+# Everything below reads what Prometheus answered (any status, any body) and gives its
+# samples or one SourceError: never another exception. Every string a message quotes from the
+# answer is cut short and made encodable here; ``commands/report.py`` passes the message through
+# the tables' printable filter, so an escape sequence in it cannot drive the terminal.
+
+_QUOTED = 200
+"""At most this many characters of what Prometheus said (its error, its warnings) are quoted."""
+
+
+def decode_answer(shown: str, status: int, reason: str, body: bytes) -> list[Sample]:
+    """The samples of an answer to ``/api/v1/query``; ``SourceError`` for anything else.
+
+    ``shown`` names the server in messages (its URL, passwords hidden).
+    """
+    if status in {401, 403}:
+        raise SourceError(
+            SourceName.PROMETHEUS,
+            f"{shown} answered {status} {_quoted(reason)}: "
+            + (
+                "no credentials were accepted; pass a token with --prometheus-token-env "
+                "NAME or USER:PASSWORD with --prometheus-basic-auth-file FILE"
+                if status == 401
+                else "the credentials are not allowed to query"
+            ),
+        )
+    doc = _document(body)
+    if doc is None:
+        raise SourceError(
+            SourceName.PROMETHEUS,
+            f"{shown} answered {status} {_quoted(reason)}, not Prometheus's query "
+            "API: check the URL and its path prefix (the API is at <URL>/api/v1/query)",
+        )
+    if doc["status"] == "error":
+        raise _error_answer(shown, status, doc)
+    warnings = doc.get("warnings")
+    if warnings:
+        said = warnings if isinstance(warnings, list) else [warnings]
+        raise SourceError(
+            SourceName.PROMETHEUS,
+            f"{shown} answered with a warning, so its figures may be partial: "
+            + _quoted("; ".join(w if isinstance(w, str) else json.dumps(w) for w in said)),
+        )
+    data = doc.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or data.get("resultType") != "vector"
+        or (result is not None and not isinstance(result, list))
+    ):
+        raise SourceError(
+            SourceName.PROMETHEUS, f"{shown} answered {status} without a vector result"
+        )
+    return [_sample(shown, item) for item in result or []]
+
+
+def _document(body: bytes) -> dict[str, Any] | None:
+    """The answer's JSON object when it is one of Prometheus's (``status`` success or error)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past any answer's depth
+        return None
+    if isinstance(doc, dict) and doc.get("status") in ("success", "error"):
+        return doc
+    return None
+
+
+def _error_answer(shown: str, status: int, doc: dict[str, Any]) -> SourceError:
+    kind = doc.get("errorType", "error")
+    kind = _quoted(kind) if isinstance(kind, str) else "error"
+    message = doc.get("error", "no message")
+    error = message if isinstance(message, str) else json.dumps(message)
+    # Prometheus answers 503 "timeout" for a deadline the query engine notices, and 422
+    # "execution" for one the storage hits first ("expanding series: context deadline
+    # exceeded"): its API maps only the engine's ErrQueryTimeout to "timeout".
+    timeout = kind == "timeout" or (kind == "execution" and "context deadline exceeded" in error)
+    what = "the query timed out" if timeout else kind
+    return SourceError(
+        SourceName.PROMETHEUS,
+        f"{shown} answered {status}: {what}: {_quoted(error)}"
+        + (" (raise --timeout, or shorten --since)" if timeout else ""),
+    )
+
+
+def _sample(shown: str, item: object) -> Sample:
+    """One element of the vector: text labels and a count of seconds, or ``SourceError``."""
+    metric = item.get("metric") if isinstance(item, dict) else None
+    pair = item.get("value") if isinstance(item, dict) else None
+    raw = pair[1] if isinstance(pair, list) and len(pair) == 2 else None
+    value = _number(raw)
+    if not isinstance(metric, dict) or value is None:
+        raise SourceError(
+            SourceName.PROMETHEUS, f"{shown} answered a sample that is not [time, value]"
+        )
+    for key, label in metric.items():
+        # Prometheus's label values are UTF-8, and its JSON never holds a lone surrogate
+        # (Go writes invalid UTF-8 as U+FFFD): such a label is not Prometheus's, and a job
+        # whose name was altered to show it would be billed under a name that exists nowhere.
+        if not (is_text(key) and is_text(label)):
+            raise SourceError(
+                SourceName.PROMETHEUS,
+                f"{shown} answered a label that is not text ({_quoted(repr(key))}="
+                f"{_quoted(repr(label))}): Prometheus's labels are UTF-8 strings",
+            )
+    if not math.isfinite(value) or value < 0:
+        # increase() is never negative (it counts a counter's reset as a restart from 0).
+        raise SourceError(
+            SourceName.PROMETHEUS,
+            f"{shown} answered {value:g} for {_quoted(repr(metric), 120)}: not a count of "
+            "seconds (an increase is finite and never negative)",
+        )
+    return Sample(labels=dict(metric), value=value)
+
+
+def _number(raw: object) -> float | None:
+    """A sample's value (Prometheus writes it as a string) as a float; ``None`` if none."""
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        return None
+    try:
+        return float(raw)
+    except (ValueError, OverflowError):  # an integer past a float's range is not a count either
+        return None
+
+
+def _quoted(text: str, limit: int = _QUOTED) -> str:
+    """``text`` as a message may quote it: its first line, cut at ``limit`` characters, a
+    lone surrogate written as ``\\udxxx`` (it cannot be encoded)."""
+    shown = excerpt(text, limit, quoted=False)
+    return shown.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -36,6 +36,7 @@ from gpuledger.model.contract import iso_time, report_doc
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.report_values import By, Report, Window
 from gpuledger.views.report_formats import render_csv, render_html, render_table
+from gpuledger.views.table import printable
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,9 @@ def run_report(options: ReportOptions, out: TextIO, err: TextIO | None = None) -
     try:
         report = fetch_report(options)
     except SourceError as exc:
-        (err or sys.stderr).write(f"gpuledger report: {exc}\n")
+        # What Prometheus said is quoted in the message: through the tables' filter, so an
+        # escape sequence it sends is shown, not obeyed.
+        (err or sys.stderr).write(f"gpuledger report: {printable(str(exc))}\n")
         return ExitCode.FAILED
     if options.html is not None:
         _write_page(options.html, render_html(report), out)
