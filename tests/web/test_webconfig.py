@@ -10,9 +10,10 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import bcrypt
@@ -188,6 +189,51 @@ def test_a_bad_web_config_names_the_file_line_and_key(
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+            "  min_version: TLS13\n  max_version: TLS12\n",
+            "web.yml:5:16: tls_server_config.max_version: min_version TLS13 is above max_version",
+        ),
+        (
+            'http_server_config:\n  headers:\n    X-Frame-Options: "DENY\\r\\nSet-Cookie: a=b"\n',
+            "web.yml:3:22: http_server_config.headers.X-Frame-Options: holds '\\r'",
+        ),
+        (
+            'http_server_config:\n  headers:\n    Content-Security-Policy: "a\\nb"\n',
+            "web.yml:3:30: http_server_config.headers.Content-Security-Policy: holds '\\n'",
+        ),
+    ],
+)
+def test_a_web_config_that_cannot_work_stops_serve_with_exit_2(
+    tmp_path: Path, pki: Pki, text: str, message: str
+) -> None:
+    # Both started a server before: one whose every handshake failed, one whose every answer
+    # was a 500 (waitress refuses a header value with CR or LF).
+    config = write(tmp_path, text.format(cert=pki.server_cert, key=pki.server_key))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuledger",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--web-config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_relative_paths_are_read_from_the_config_folder(tmp_path: Path, pki: Pki) -> None:
     shutil.copy(pki.server_cert, tmp_path / "server.crt")
     shutil.copy(pki.server_key, tmp_path / "server.key")
@@ -243,3 +289,96 @@ def test_the_default_limits_close_idle_connections_within_a_minute() -> None:
     limits = Limits()
     assert limits.connections >= 1000
     assert limits.idle_timeout_s + limits.cleanup_interval_s <= 60
+
+
+def big(environ: dict[str, object], start_response: object) -> list[bytes]:
+    body = b"x" * 65_536
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])  # type: ignore[operator]
+    return [body]
+
+
+PIPELINED = b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n" * 200
+"""200 requests whose answers (64 KiB each) fill every buffer between server and client."""
+
+
+def never_reading(sock: socket.socket) -> socket.socket:
+    """``sock`` after sending the pipelined requests: it never reads a byte of the answers."""
+    sock.sendall(PIPELINED)
+    return sock
+
+
+def small_receive_buffer(address: tuple[str, int]) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(address)
+    return sock
+
+
+def answered_within(url_get: Callable[[], int], within_s: float) -> bool:
+    """Whether a new client gets ``200`` before ``within_s`` (tried again after each refusal)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if url_get() == 200:
+                return True
+        except (OSError, http.client.HTTPException):
+            time.sleep(0.1)
+    return False
+
+
+# Short timeouts passed in: idle connections would wait a minute, so only the write timeout
+# can free the room in time.
+NON_READERS = Limits(connections=5, idle_timeout_s=60, cleanup_interval_s=0.1, write_timeout_s=0.5)
+
+
+def test_connections_that_never_read_their_answers_are_closed_after_the_write_timeout() -> None:
+    # waitress marked them to close but waited for a write event that never came; a channel
+    # with an answer in flight was never even marked. With five connections (waitress counts
+    # its listening socket and its trigger) three such clients held the room for good.
+    server = bind(big, "127.0.0.1:0", None, NON_READERS)  # type: ignore[arg-type]
+    threading.Thread(target=server.run, daemon=True).start()
+    clients = [never_reading(small_receive_buffer(server.address)) for _ in range(3)]
+    try:
+
+        def get() -> int:
+            conn = http.client.HTTPConnection(*server.address, timeout=1)
+            conn.request("GET", "/healthz")
+            return conn.getresponse().status
+
+        assert answered_within(get, within_s=15)
+    finally:
+        for sock in clients:
+            sock.close()
+        server.close()
+
+
+def test_tls_connections_that_never_read_their_answers_are_closed_after_the_write_timeout(
+    tmp_path: Path, pki: Pki
+) -> None:
+    # The TLS front waited on the stalled client for ever (and waitress behind it too), so its
+    # room stayed full: every new HTTPS client was closed after its handshake.
+    config = write(
+        tmp_path,
+        f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n",
+    )
+    server = bind(big, "127.0.0.1:0", config, NON_READERS)  # type: ignore[arg-type]
+    threading.Thread(target=server.run, daemon=True).start()
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    clients = [
+        never_reading(
+            context.wrap_socket(small_receive_buffer(server.address), server_hostname="127.0.0.1")
+        )
+        for _ in range(5)
+    ]
+    try:
+
+        def get() -> int:
+            conn = http.client.HTTPSConnection(*server.address, timeout=1, context=context)
+            conn.request("GET", "/healthz")
+            return conn.getresponse().status
+
+        assert answered_within(get, within_s=15)
+    finally:
+        for sock in clients:
+            sock.close()
+        server.close()

@@ -167,9 +167,27 @@ def _beyond_schema(doc: Located) -> Iterator[Problem]:
             yield doc.problem(
                 path, f"is not supported by gpuledger: remove it ({why})", on_key=True
             )
-    tls = root.get("tls_server_config") or {}
+    yield from _tls_problems(doc, root.get("tls_server_config") or {})
+    yield from _header_problems(doc, (root.get("http_server_config") or {}).get("headers") or {})
+    for user, hashed in (root.get("basic_auth_users") or {}).items():
+        if not _is_bcrypt(hashed):
+            yield doc.problem(
+                ("basic_auth_users", user),
+                "is not a bcrypt hash: make one with htpasswd -nBC 10 USER (the part after ':')",
+            )
+
+
+def _tls_problems(doc: Located, tls: Mapping[str, Any]) -> Iterator[Problem]:
+    """A TLS section that cannot work: key pairs, client CAs, a version range with no version."""
     here: JsonPath = ("tls_server_config",)
     if tls:
+        lowest, highest = tls.get("min_version", "TLS12"), tls.get("max_version", "TLS13")
+        if _VERSIONS[lowest] > _VERSIONS[highest]:
+            yield doc.problem(
+                (*here, "max_version" if "max_version" in tls else "min_version"),
+                f"min_version {lowest} is above max_version {highest}: no client could "
+                "connect (set max_version to TLS13, or remove it)",
+            )
         for what in ("cert", "key"):
             given = [k for k in (what, f"{what}_file") if tls.get(k)]
             if len(given) != 1:
@@ -184,11 +202,18 @@ def _beyond_schema(doc: Located) -> Iterator[Problem]:
             )
         if auth != "NoClientCert" and not has_ca:
             yield doc.problem((*here, "client_auth_type"), f"{auth} needs client_ca_file")
-    for user, hashed in (root.get("basic_auth_users") or {}).items():
-        if not _is_bcrypt(hashed):
+
+
+def _header_problems(doc: Located, headers: Mapping[str, str]) -> Iterator[Problem]:
+    """Header values that cannot go on the wire: a CR or LF would split (or, in waitress,
+    refuse) every answer; only tab, space and visible ASCII are sent."""
+    for name, value in headers.items():
+        bad = next((c for c in value if not (c == "\t" or " " <= c <= "~")), None)
+        if bad is not None:
             yield doc.problem(
-                ("basic_auth_users", user),
-                "is not a bcrypt hash: make one with htpasswd -nBC 10 USER (the part after ':')",
+                ("http_server_config", "headers", name),
+                f"holds {bad!r}: a header value is one line of tab, space and visible "
+                "ASCII (no CR, LF or other control characters)",
             )
 
 
