@@ -13,6 +13,7 @@ The consul-template text of the ``template`` blocks is written raw (``{% raw %}`
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -110,8 +111,10 @@ def _only_hcl(value: Any) -> Any:
     return value
 
 
+@functools.cache
 def environment() -> jinja2.Environment:
-    """The templates, strict about undefined names and about what they output."""
+    """The templates, strict about undefined names and about what they output; made once, so
+    that each template is compiled once."""
     env = jinja2.Environment(  # noqa: S701 - HCL, not HTML: every value goes through |hcl
         loader=jinja2.PackageLoader("gpuledger.commands.render", "templates"),
         undefined=jinja2.StrictUndefined,

@@ -158,10 +158,8 @@ def merged_values(
     for flag, lines in (("--set", sets), ("--set-string", set_strings)):
         for line in lines:
             _apply_line(base, line, flag, origins)
-    values = coalesce(read_yaml(values_text(), "values.yaml").value, base)
-    problems = [
-        (p.key, p.what) for p in sorted(schema_problems(Located(value=values), _schema()))
-    ]
+    values = coalesce(_built_in(), base)
+    problems = [(p.key, p.what) for p in sorted(schema_problems(Located(value=values), _schema()))]
     if not problems:
         problems = list(_beyond_schema(values))
     if problems:
@@ -207,7 +205,15 @@ def _ecma_patterns(schema: Any) -> Any:
 
 
 @functools.cache
-def _schema() -> dict[str, Any]:  # noqa: N802 - a constant, read once
+def _built_in() -> dict[str, Any]:
+    """The built-in values, read once (``coalesce`` copies what it takes from them)."""
+    values: dict[str, Any] = read_yaml(values_text(), "values.yaml").value
+    return values
+
+
+@functools.cache
+def _schema() -> dict[str, Any]:
+    """The values schema, its patterns read as ECMA-262 reads them; read once."""
     schema: dict[str, Any] = _ecma_patterns(json.loads(schema_text()))
     return schema
 
