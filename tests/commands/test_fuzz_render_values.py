@@ -135,6 +135,12 @@ PATHS = [path for path in _paths(yaml.safe_load(values_text())) if path]
 a document that changes a few of them reaches the templates, not only the schema."""
 
 
+def _value_at(values: object, path: tuple[str, ...]) -> object:
+    for key in path:
+        values = values[key]  # type: ignore[index]
+    return values
+
+
 def _document(changes: list[tuple[tuple[str, ...], object]]) -> dict[str, object]:
     doc: dict[str, object] = {}
     for path, value in changes:
@@ -180,11 +186,17 @@ def rendered_or_refused(files: list[Path], sets: list[str], strings: list[str]) 
         text.encode("utf-8")  # no lone surrogate reached a job file
 
 
+DEFAULTS = [
+    (path, value)
+    for path in PATHS
+    if not isinstance(value := _value_at(yaml.safe_load(values_text()), path), dict | list)
+]
+"""Each scalar key of the built-in values with its default."""
 PAIR = st.builds(
-    lambda path, value, extra: f"{'.'.join(path)}={value}{extra}",
-    st.sampled_from(PATHS),
-    st.sampled_from(LEAVES) | st.sampled_from(SET_WORDS),
-    st.sampled_from(["", "\n", "${", "%{", "[0]", ",x=y"]),
+    lambda pair, extra: f"{'.'.join(pair[0])}={pair[1]}{extra}",
+    st.sampled_from(DEFAULTS)
+    | st.tuples(st.sampled_from(PATHS), st.sampled_from(LEAVES) | st.sampled_from(SET_WORDS)),
+    st.sampled_from(["", "\n", "${", "%{", "[0]", ",x=y", "\t", "$"]),
 )
 """``KEY=VALUE`` with a real key: the line reaches the schema and often the templates."""
 
