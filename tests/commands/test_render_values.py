@@ -360,3 +360,13 @@ def test_telling_where_many_problems_came_from_costs_linear_work(
 
     small, large = work(500), work(1000)
     assert large <= 2.5 * small
+
+
+def test_a_whole_number_written_as_a_float_is_a_number_in_the_job(tmp_path: Path) -> None:
+    # The schema's "integer" takes YAML's 2.0; the job's HCL filter knew no float: a traceback.
+    values = write(tmp_path, "v.yaml", "fleet:\n  shards: 2.0\nnode:\n  port: 9877.0\n")
+    code, out, err = render("-f", str(values))
+    assert code == 0, err
+    assert "static = 9877\n" in out
+    assert "--shard" in out
+    assert "/2.0" not in out

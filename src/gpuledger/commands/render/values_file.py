@@ -164,7 +164,8 @@ def merged_values(
         problems = list(_beyond_schema(values))
     if problems:
         raise ConfigError("\n".join(f"{origins.of(key)}: {key}: {what}" for key, what in problems))
-    return _whole_numbers(values)
+    checked: dict[str, Any] = _whole_numbers(values)
+    return checked
 
 
 def ecma_pattern(pattern: str) -> str:
