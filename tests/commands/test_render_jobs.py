@@ -244,6 +244,23 @@ def test_a_value_cannot_break_out_of_its_string(text: str) -> None:
     assert load(f"x = {hcl(text)}\n")["x"] == text
 
 
+@pytest.mark.parametrize(
+    "text", ['${file("/etc/passwd")}', "${ node.unique.name }", "a${1+1}b", "%{ if x }y%{ endif }"]
+)
+def test_an_expression_in_a_value_is_text_to_nomads_parser(text: str) -> None:
+    # It went into the spec as ${…}: Nomad's HCL parser evaluated it (functions included).
+    spec = rendered(f"node.extraEnv.X={text}")["gpuledger.nomad.hcl"]
+    (line,) = [line for line in spec.splitlines() if line.lstrip().startswith("X ")]
+    assert not re.search(r"(?<![$%])[$%]\{", line), line  # only $${ and %%{, HCL's literals
+    assert the(job_file(spec).task["env"])["X"] == text
+
+
+def test_an_unterminated_interpolation_is_escaped() -> None:
+    # "dc-${" opened an HCL expression that ran to the next quote of the file.
+    text = rendered("datacenters[0]=dc-${,datacenters[1]=%{")["gpuledger.nomad.hcl"]
+    assert 'datacenters = ["dc-$${", "%%{"]' in text
+
+
 def test_nomad_interpolation_in_a_value_is_kept() -> None:
     job = job_file(rendered("node.extraEnv.NODE=${node.unique.name}")["gpuledger.nomad.hcl"])
     assert the(job.task["env"])["NODE"] == "${node.unique.name}"

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from gpuledger.cli import main
+from gpuledger.commands.render import values_file
 from gpuledger.commands.render.values_file import coalesce, merge_maps, merged_values
 from gpuledger.errors import ConfigError
 from tests.paths import REPO
@@ -267,3 +268,105 @@ def test_schema_is_shown() -> None:
     code, out, _ = render("--show-schema")
     assert code == 0
     assert out == (PACKAGE / "values.schema.json").read_text()
+
+
+# --------------------------------------------------------------------------- values that escape
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # Python's $ matched before the final newline: a traceback with the default values,
+        # and without workload identity a job named "gpuledger\n".
+        (["--set", "node.job=gpuledger\n"], "--set 'node.job=gpuledger\\n': node.job: "),
+        (
+            ["--set", "node.job=gpuledger\n", "--set", "workloadIdentity.enabled=false"],
+            "--set 'node.job=gpuledger\\n': node.job: ",
+        ),
+        (["--set", "namespace=default\n"], "namespace: "),
+        (["--set", "node.interval=15s\n"], "node.interval: "),
+        (["--set", "artifact.checksum=\n"], "artifact.checksum: "),
+    ],
+)
+def test_a_value_with_a_final_newline_breaks_its_pattern(args: list[str], expected: str) -> None:
+    code, out, err = render(*args)
+    assert (code, out) == (2, "")
+    assert expected in err
+    assert "Traceback" not in err
+
+
+def test_an_env_name_with_a_final_newline_in_a_file_is_refused(tmp_path: Path) -> None:
+    values = write(tmp_path, "v.yaml", 'node:\n  extraEnv:\n    "GOOD\\n": x\n')
+    code, out, err = render("-f", str(values))
+    assert (code, out) == (2, "")
+    assert "v.yaml:2:3: node.extraEnv: " in err
+    assert "is not an environment variable name" in err
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "matches"),
+    [
+        ("^a$", "a", True),
+        ("^a$", "a\n", False),
+        ("^[$]$", "$", True),
+        ("^\\$$", "$", True),
+        ("^\\$$", "$\n", False),
+        ("^(x)?$", "\n", False),
+    ],
+)
+def test_patterns_are_read_as_ecma_262_reads_them(pattern: str, text: str, matches: bool) -> None:
+    import re  # noqa: PLC0415
+
+    assert bool(re.search(values_file.ecma_pattern(pattern), text)) is matches
+
+
+@pytest.mark.parametrize(
+    "line", ["a" + "[0]" * 3000 + "=x", "a" + "[0].a" * 3000 + "=x", "a" + ".a" * 3000 + "=x"]
+)
+def test_nesting_past_helms_limit_is_a_usage_error(line: str) -> None:
+    # 3,000 nested [0] was a RecursionError.
+    code, out, err = render("--set", line)
+    assert (code, out) == (2, "")
+    assert "maximum supported nested level of 30" in err
+    assert len(err) < 1000  # the line is cut, not echoed whole
+
+
+def test_an_index_past_helms_limit_is_a_usage_error() -> None:
+    code, _, err = render("--set", "node.extraArgs[65537]=x")
+    assert code == 2
+    assert "index of 65537 is greater than maximum supported index of 65536" in err
+
+
+def test_telling_where_many_problems_came_from_costs_linear_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # node.extraArgs[4000]=x took 14 s: each of 4,000 problems looked at every value's origin.
+    calls = 0
+    real = values_file.dotted
+
+    def counted(path: tuple[str | int, ...]) -> str:
+        nonlocal calls
+        calls += 1
+        return real(path)
+
+    monkeypatch.setattr(values_file, "dotted", counted)
+
+    def work(n: int) -> int:
+        nonlocal calls
+        calls = 0
+        message = problem([], [f"node.extraArgs[{n}]=x"])
+        assert message.count("null is not a string") == n
+        return calls
+
+    small, large = work(500), work(1000)
+    assert large <= 2.5 * small
+
+
+def test_a_whole_number_written_as_a_float_is_a_number_in_the_job(tmp_path: Path) -> None:
+    # The schema's "integer" takes YAML's 2.0; the job's HCL filter knew no float: a traceback.
+    values = write(tmp_path, "v.yaml", "fleet:\n  shards: 2.0\nnode:\n  port: 9877.0\n")
+    code, out, err = render("-f", str(values))
+    assert code == 0, err
+    assert "static = 9877\n" in out
+    assert "--shard" in out
+    assert "/2.0" not in out

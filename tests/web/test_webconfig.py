@@ -382,3 +382,61 @@ def test_tls_connections_that_never_read_their_answers_are_closed_after_the_writ
         for sock in clients:
             sock.close()
         server.close()
+
+
+def test_the_tls_front_drops_a_client_that_reads_nothing_while_upstream_waits_idle(
+    tmp_path: Path, pki: Pki
+) -> None:
+    # Upstream (a fake waitress: it writes its 8 MB answer at once and then holds the
+    # connection, idle) is never stalled, so only the front can see that the client reads
+    # nothing: it waited on it for ever, and with room for one connection refused the next.
+    from gpuledger.web.tls_front import TlsFront  # noqa: PLC0415
+
+    upstream = tmp_path / "up.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(upstream))
+    listener.listen(8)
+    held: list[socket.socket] = []
+
+    def answer_and_hold() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                held.append(conn)
+                answer = b"ANSWER" + b"x" * 8_000_000
+                threading.Thread(target=_send_quietly, args=(conn, answer), daemon=True).start()
+
+    threading.Thread(target=answer_and_hold, daemon=True).start()
+    front = TlsFront(
+        "127.0.0.1",
+        0,
+        load_web_config(tls_config(tmp_path, pki)).tls,  # type: ignore[arg-type]
+        upstream,
+        connections=1,
+        handshake_timeout_s=5,
+        write_timeout_s=0.5,
+    )
+    threading.Thread(target=front.run, daemon=True).start()
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    address = front.addresses[0]
+    stalled = context.wrap_socket(small_receive_buffer(address), server_hostname="127.0.0.1")
+    try:
+
+        def first_bytes() -> int:
+            with context.wrap_socket(
+                socket.create_connection(address, timeout=1), server_hostname="127.0.0.1"
+            ) as client:
+                return 200 if client.recv(6) == b"ANSWER" else 0
+
+        assert answered_within(first_bytes, within_s=15)
+    finally:
+        stalled.close()
+        front.close()
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+def _send_quietly(conn: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(data)

@@ -17,6 +17,7 @@ each decrypted connection to waitress on a private unix socket.
 from __future__ import annotations
 
 import contextlib
+import functools
 import resource
 import shutil
 import tempfile
@@ -56,7 +57,8 @@ class Limits:
     An idle connection costs waitress one file descriptor and no thread, so the limit is high;
     what frees it is ``idle_timeout_s``: a connection with no complete request in flight and no
     byte received for that long is closed (waitress checks every ``cleanup_interval_s``). A
-    client sending one header line a minute is thus closed after about 35 s.
+    client sending one header line a minute is thus closed after about 35 s; one that does
+    not read its answers (an answer waits, no byte of it taken) after ``write_timeout_s``.
     """
 
     connections: int = 1000
@@ -65,6 +67,9 @@ class Limits:
     threads: int = 4
     handshake_timeout_s: float = 10.0
     """With TLS: a client that has not finished its handshake by then is dropped."""
+    write_timeout_s: float = 30.0
+    """A connection with an answer waiting and no byte of it taken for that long is closed:
+    a client that sends requests (pipelined) and never reads the answers."""
 
 
 class _ErrorTask(ErrorTask):  # type: ignore[misc]
@@ -153,6 +158,7 @@ def bind(
             upstream,
             connections=_fitted(limits.connections, fds_per_connection=3),
             handshake_timeout_s=limits.handshake_timeout_s,
+            write_timeout_s=limits.write_timeout_s,
         )
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
@@ -199,7 +205,28 @@ def _waitress(app: WSGIApplication, limits: Limits, shown: str, **where: Any) ->
     for dispatcher in list(server.map.values()) if hasattr(server, "map") else [server]:
         if isinstance(dispatcher, BaseWSGIServer):
             dispatcher.channel_class = _Channel
+            dispatcher.maintenance = functools.partial(
+                _maintenance, dispatcher, limits.write_timeout_s
+            )
     return server
+
+
+def _maintenance(server: Any, write_timeout_s: float, now: float) -> None:
+    """Close, now, the channels idle for ``channel_timeout`` and those not reading their answers.
+
+    waitress's own maintenance only marks an idle channel ``will_close`` and closes it at its
+    next write event, which never comes to a client that reads nothing (its socket stays
+    full); and it never touches a channel with a request in flight, such as one whose answer
+    waits for a reader. Closing a channel wakes the task writing to it (``ClientDisconnected``),
+    as a client hanging up does. Runs in waitress's loop, every ``cleanup_interval``.
+    """
+    idle_before = now - server.adj.channel_timeout
+    stalled_before = now - write_timeout_s
+    for channel in list(server.active_channels.values()):
+        idle = not channel.requests and channel.last_activity < idle_before
+        stalled = bool(channel.total_outbufs_len) and channel.last_activity < stalled_before
+        if idle or stalled:
+            channel.handle_close()
 
 
 def _fitted(wanted: int, fds_per_connection: int) -> int:

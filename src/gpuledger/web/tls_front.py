@@ -7,6 +7,10 @@ has not finished within ``handshake_timeout_s`` is dropped. Each established con
 its own connection to waitress on a private unix socket (mode 0600 in a 0700 folder), and the
 bytes are copied both ways; waitress then applies its own limits and idle timeout, and when it
 closes its side the client's connection is closed too. Nothing here reads HTTP.
+
+A side that takes no byte for ``write_timeout_s`` while bytes wait for it (a client that sends
+requests and never reads the answers) ends the connection: both sides are aborted, and the
+room it held is free again.
 """
 
 from __future__ import annotations
@@ -34,11 +38,13 @@ class TlsFront:
         *,
         connections: int,
         handshake_timeout_s: float,
+        write_timeout_s: float = 30.0,
     ) -> None:
         """Bind now (so that a port in use is a usage error at start-up); serve in ``run``."""
         self._context, self._upstream = context, str(upstream)
         self._room = connections
         self._handshake_timeout_s = handshake_timeout_s
+        self._write_timeout_s = write_timeout_s
         self._sockets = _bind(host, port)
         self._loop = asyncio.new_event_loop()
         self._stopped: asyncio.Event | None = None
@@ -93,30 +99,47 @@ class TlsFront:
             self._room += 1
             await _close(writer)
             return
+        timeout = self._write_timeout_s
         try:
-            await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+            done = await asyncio.gather(
+                _copy(reader, up_writer, timeout), _copy(up_reader, writer, timeout)
+            )
+            if not all(done):  # one side stopped reading: neither is waited for
+                writer.transport.abort()
+                up_writer.transport.abort()
         finally:
             self._room += 1
             await _close(up_writer)
             await _close(writer)
 
 
-async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-    """Copy until ``source`` ends or fails, then end ``sink``."""
+async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter, timeout: float) -> bool:
+    """Copy until ``source`` ends or fails, then end ``sink``; ``False`` when ``sink`` took no
+    byte for ``timeout`` seconds (it is aborted)."""
     with contextlib.suppress(OSError, ssl.SSLError, asyncio.IncompleteReadError):
         while data := await source.read(_CHUNK):
             sink.write(data)
-            await sink.drain()
+            try:
+                await asyncio.wait_for(sink.drain(), timeout)
+            except asyncio.TimeoutError:
+                sink.transport.abort()  # which ends the other copy's source too
+                return False
     await _close(sink)
+    return True
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
-    """Close ``writer`` and wait for it, whatever state the connection is in."""
+    """Close ``writer`` and wait for it, whatever state the connection is in; a peer that
+    does not let it close within 5 s is aborted."""
     if writer.is_closing():
         return
     writer.close()
-    with contextlib.suppress(OSError, ssl.SSLError, asyncio.TimeoutError):
+    try:
         await asyncio.wait_for(writer.wait_closed(), 5)
+    except asyncio.TimeoutError:
+        writer.transport.abort()
+    except (OSError, ssl.SSLError):
+        pass
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:

@@ -13,8 +13,10 @@ A port of the behaviour of Helm's ``pkg/strvals`` parser (``Parse``, ``ParseInto
 - With ``--set``, ``true``/``false`` (any case) are booleans, ``null`` is ``None``, and a whole
   number that does not start with ``0`` (or is ``0``) and fits 64 bits is an ``int``; anything
   else, ``1.5`` and ``010`` included, stays a string. ``--set-string`` keeps every value a string.
-- At most 30 dots in a name and index 65536; an index goes through Go's ``strconv.Atoi``
-  (``01`` and ``+1`` are 1).
+- At most 30 dots in a name and index 65536 (Helm's ``MaxNestedNameLevel`` and ``MaxIndex``);
+  an index goes through Go's ``strconv.Atoi`` (``01`` and ``+1`` are 1). Helm counts only the
+  dots of names; here a nested list (``[0][0]``) and a map in a list (``[0].b``) count as a
+  level too, so that no line nests deeper than 30 (Helm recurses without bound there).
 
 Where Helm recovers a Go panic (a pair that descends into a scalar, as ``a=x,a.b=c``) this
 module raises a ``SetSyntaxError`` that says which key holds what.
@@ -169,7 +171,7 @@ class _Parser:
             index = self.index()
             items = _existing(data, name, list, "a list") if name in data else []
             try:
-                items = self.list_item(items, index, level)
+                items = self.list_item(items, index, level + 1)
             except _EndError:
                 _put(data, name, items)
                 raise
@@ -183,11 +185,7 @@ class _Parser:
             self.nested(data, name, level + 1)
 
     def nested(self, data: dict[str, Any], name: str, level: int) -> None:
-        if level > MAX_NESTED_NAME_LEVEL:
-            raise SetSyntaxError(
-                "value name nested level is greater than maximum supported nested level of "
-                f"{MAX_NESTED_NAME_LEVEL}"
-            )
+        _check_level(level)
         inner = _existing(data, name, dict, "a map") if name in data else {}
         try:
             self.key(inner, level)
@@ -234,6 +232,7 @@ class _Parser:
         return _atoi(text)
 
     def list_item(self, items: list[Any], index: int, level: int) -> list[Any]:
+        _check_level(level)
         if index < 0:
             raise SetSyntaxError(f"negative {index} index not allowed")
         rest, last = self.sc.until("[.=")
@@ -251,14 +250,23 @@ class _Parser:
                     f"unable to parse key: item [{index}] holds {_kind(current)}, not a list, "
                     "so nothing can be set inside it"
                 )
-            return _set_index(items, index, self.list_item(current or [], inner_index, level))
+            inner_items = self.list_item(current or [], inner_index, level + 1)
+            return _set_index(items, index, inner_items)
         inner: dict[str, Any] = {}
         if len(items) > index:
             if not isinstance(items[index], dict):
                 items[index] = {}  # Helm replaces an item that is not a map by an empty one
             inner = items[index]
-        self.key(inner, level)
+        self.key(inner, level + 1)
         return _set_index(items, index, inner)
+
+
+def _check_level(level: int) -> None:
+    if level > MAX_NESTED_NAME_LEVEL:
+        raise SetSyntaxError(
+            "value name nested level is greater than maximum supported nested level of "
+            f"{MAX_NESTED_NAME_LEVEL}"
+        )
 
 
 def _put(data: dict[str, Any], key: str, value: Any) -> None:

@@ -2,14 +2,18 @@
 
 Every value reaches the HCL through the ``hcl`` filter, which writes it as an HCL literal (a
 quoted string with HCL's escapes, a number, ``true``/``false``, a list); the environment's
-``finalize`` refuses any other output, so no value can break out of its string. ``${…}`` is
-kept: it is Nomad's runtime interpolation, which values may use (``${node.unique.name}``).
+``finalize`` refuses any other output, so no value can break out of its string. A reference in
+``${…}`` is kept: it is Nomad's runtime interpolation, which values may use
+(``${node.unique.name}``, ``${meta.rack}``, ``${NOMAD_ALLOC_INDEX}``); any other ``${`` is
+written ``$${`` and every ``%{`` ``%%{``, so that Nomad's parser reads them as text and never
+evaluates an expression or a template directive a value carried in.
 The consul-template text of the ``template`` blocks is written raw (``{% raw %}``): it shares
 ``{{ }}`` with Jinja2.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -27,6 +31,11 @@ RELEASE_FILE = "gpuledger.pex"
 TOKEN_FILE = "${NOMAD_SECRETS_DIR}/nomad_token"  # noqa: S105 - a path, not a secret
 TASK_API = "unix://${NOMAD_SECRETS_DIR}/api.sock"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INTERPOLATION = re.compile(
+    r"(?P<literal>\$\$\{)|\$\{(?P<reference>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*\})?"
+)
+"""``$${`` (already HCL's literal ``${``), or ``${`` and, when one follows, a runtime reference
+such as ``node.unique.name}`` or ``attr.unique.network.ip-address}``."""
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -45,8 +54,14 @@ def _hcl_string(text: str) -> str:
             out.append(f"\\u{ord(char):04x}")
         else:
             out.append(char)
-    # %{ would open an HCL template directive; ${ stays Nomad's interpolation
-    return '"' + "".join(out).replace("%{", "%%{") + '"'
+    # %{ would open an HCL template directive, ${ an expression: only a reference stays
+    escaped = _INTERPOLATION.sub(_escaped, "".join(out)).replace("%{", "%%{")
+    return '"' + escaped + '"'
+
+
+def _escaped(found: re.Match[str]) -> str:
+    """``$${`` (HCL's literal ``${``) unless a runtime reference follows, or it is one already."""
+    return found[0] if found["reference"] or found["literal"] else "$${"
 
 
 def hcl(value: Any) -> Hcl:
@@ -96,8 +111,10 @@ def _only_hcl(value: Any) -> Any:
     return value
 
 
+@functools.cache
 def environment() -> jinja2.Environment:
-    """The templates, strict about undefined names and about what they output."""
+    """The templates, strict about undefined names and about what they output; made once, so
+    that each template is compiled once."""
     env = jinja2.Environment(  # noqa: S701 - HCL, not HTML: every value goes through |hcl
         loader=jinja2.PackageLoader("gpuledger.commands.render", "templates"),
         undefined=jinja2.StrictUndefined,

@@ -15,6 +15,7 @@ Helm's order (``pkg/cli/values/options.go`` ``MergeValues``, then ``CoalesceValu
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,8 @@ class _Origins:
     """Where each path's value was last set: ``FILE:LINE:COLUMN`` or ``--set LINE``."""
 
     at: dict[JsonPath, str] = field(default_factory=dict)
+    _names: dict[str, str] | None = None
+    """``at`` by dotted name, made at the first ``of``."""
 
     def add_file(self, doc: Located, source: str) -> None:
         for path in doc.values:
@@ -87,14 +90,19 @@ class _Origins:
                 self.add_line(item, origin, (*path, index))
 
     def of(self, key: str) -> str:
-        """The origin of the dotted ``key`` or of the nearest parent that has one."""
-        best, best_len = BUILT_IN, -1
-        for path, origin in self.at.items():
-            name = dotted(path)
-            covers = key == name or key.startswith((f"{name}.", f"{name}["))
-            if covers and len(name) > best_len:
-                best, best_len = origin, len(name)
-        return best
+        """The origin of the dotted ``key`` or of the nearest parent that has one.
+
+        Looked up by the key's own prefixes (each ``.`` or ``[`` ends one), so that telling
+        where each of many problems came from costs the length of their keys, not the number
+        of values times the number of problems."""
+        if self._names is None:
+            self._names = {dotted(path): origin for path, origin in self.at.items()}
+        for end in range(len(key), 0, -1):
+            if end == len(key) or key[end] in ".[":
+                found = self._names.get(key[:end])
+                if found is not None:
+                    return found
+        return BUILT_IN
 
 
 def _read_file(path: Path) -> tuple[Located, str]:
@@ -115,6 +123,15 @@ def _read_file(path: Path) -> tuple[Located, str]:
     return doc, str(path)
 
 
+def _shown(line: str, limit: int = 200) -> str:
+    """A ``--set`` line for a message: as typed, or quoted (``'a\\nb'``) when it holds a
+    control character, cut at ``limit`` characters."""
+    if line.isprintable() and len(line) <= limit:
+        return line
+    cut = repr(line[:limit])
+    return cut + (f"… ({len(line)} characters)" if len(line) > limit else "")
+
+
 def _apply_line(base: dict[str, Any], line: str, flag: str, origins: _Origins) -> None:
     as_string = flag == "--set-string"
     alone: dict[str, Any] = {}
@@ -122,8 +139,8 @@ def _apply_line(base: dict[str, Any], line: str, flag: str, origins: _Origins) -
         parse_into(line, alone, as_string=as_string)
         parse_into(line, base, as_string=as_string)
     except SetSyntaxError as exc:
-        raise ConfigError(f"{flag} {line}: {exc}") from None
-    origins.add_line(alone, f"{flag} {line}")
+        raise ConfigError(f"{flag} {_shown(line)}: {exc}") from None
+    origins.add_line(alone, f"{flag} {_shown(line)}")
 
 
 def merged_values(
@@ -141,15 +158,75 @@ def merged_values(
     for flag, lines in (("--set", sets), ("--set-string", set_strings)):
         for line in lines:
             _apply_line(base, line, flag, origins)
-    values = coalesce(read_yaml(values_text(), "values.yaml").value, base)
-    problems = [
-        (p.key, p.what)
-        for p in sorted(schema_problems(Located(value=values), json.loads(schema_text())))
-    ]
+    values = coalesce(_built_in(), base)
+    problems = [(p.key, p.what) for p in sorted(schema_problems(Located(value=values), _schema()))]
     if not problems:
         problems = list(_beyond_schema(values))
     if problems:
         raise ConfigError("\n".join(f"{origins.of(key)}: {key}: {what}" for key, what in problems))
+    checked: dict[str, Any] = _whole_numbers(values)
+    return checked
+
+
+def ecma_pattern(pattern: str) -> str:
+    """A JSON Schema ``pattern`` (ECMA-262) as Python's ``re`` must read it: ``$`` outside a
+    character class ends the text (``\\Z``); Python's ``$`` also matches before a final
+    newline, which let ``gpuledger\\n`` pass ``^[A-Za-z0-9_.-]+$``."""
+    out: list[str] = []
+    at, in_class = 0, False
+    while at < len(pattern):
+        char = pattern[at]
+        if char == "\\":
+            out.append(pattern[at : at + 2])
+            at += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            char = "\\Z"
+        out.append(char)
+        at += 1
+    return "".join(out)
+
+
+def _ecma_patterns(schema: Any) -> Any:
+    """``schema`` with every ``pattern`` read as ECMA-262 reads it (``ecma_pattern``)."""
+    if isinstance(schema, dict):
+        return {
+            key: ecma_pattern(value)
+            if key == "pattern" and isinstance(value, str)
+            else _ecma_patterns(value)
+            for key, value in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_ecma_patterns(item) for item in schema]
+    return schema
+
+
+@functools.cache
+def _built_in() -> dict[str, Any]:
+    """The built-in values, read once (``coalesce`` copies what it takes from them)."""
+    values: dict[str, Any] = read_yaml(values_text(), "values.yaml").value
+    return values
+
+
+@functools.cache
+def _schema() -> dict[str, Any]:
+    """The values schema, its patterns read as ECMA-262 reads them; read once."""
+    schema: dict[str, Any] = _ecma_patterns(json.loads(schema_text()))
+    return schema
+
+
+def _whole_numbers(values: Any) -> Any:
+    """``values`` with YAML's ``2.0`` (which the schema's ``integer`` takes) as ``2``."""
+    if isinstance(values, dict):
+        return {key: _whole_numbers(value) for key, value in values.items()}
+    if isinstance(values, list):
+        return [_whole_numbers(item) for item in values]
+    if isinstance(values, float) and values.is_integer():
+        return int(values)
     return values
 
 
