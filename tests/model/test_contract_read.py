@@ -79,7 +79,7 @@ def _broken(doc: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
         (["gpus", 0, "index"], "0", "gpus[0].index: expected an integer, not '0'"),
         (["gpus", 0, "index"], True, "gpus[0].index: expected an integer, not True"),
         (["gpus", 0, "tenants"], None, "gpus[0].tenants: expected a list, not None"),
-        (["gpus", 0, "tenants", 0, "verdict"], KeyError, "gpus[0].tenants[0].verdict"),
+        (["gpus", 0, "tenants", 0, "verdict"], "mine", "gpus[0].tenants[0].verdict: expected"),
         (["gpus", 0, "tenants", 0, "container", "runtime"], "lxc", "expected docker or podman"),
         (["gpus", 1, "stateSince"], "yesterday", "gpus[1].stateSince: expected an ISO 8601"),
         (["gpus", 0, "utilizationPercent"], "92%", "expected a number or null"),
