@@ -76,6 +76,9 @@ def _broken(doc: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
     ("path", "value", "words"),
     [
         (["gpus", 2, "state"], "hot", "gpus[2].state: expected one of held"),
+        (["gpus", 2, "state"], ["held"], "gpus[2].state: expected one of held"),
+        (["gpus", 0, "stateSince"], "9999-12-31T23:59:59Z", "expected a time from 1970 to 8999"),
+        (["node", "name"], "gpu-\ud800", "node.name: expected text"),
         (["gpus", 0, "index"], "0", "gpus[0].index: expected an integer, not '0'"),
         (["gpus", 0, "index"], True, "gpus[0].index: expected an integer, not True"),
         (["gpus", 0, "tenants"], None, "gpus[0].tenants: expected a list, not None"),

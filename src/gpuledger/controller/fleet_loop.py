@@ -258,7 +258,7 @@ class FleetController:
         try:
             doc = load_document(answer.body)
         except ContractError as err:
-            kind = excerpt(answer.content_type.split(";")[0], 40, quoted=False) or "a body"
+            kind = excerpt(text_of(answer.content_type.split(";")[0]), 40, quoted=False) or "a body"
             return replace(hint, error=f"answered {kind} that is not a JSON ledger ({err})")
         try:
             ledger = parse_ledger(doc)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuledger.errors import ContractError, SchemaMismatchError, SourceName
 from gpuledger.model.contract import SCHEMA
@@ -54,6 +54,15 @@ _RUNTIME_REASONS = {
     SourceName.DOCKER: Reason.DOCKER_UNREAD,
     SourceName.PODMAN: Reason.PODMAN_UNREAD,
 }
+
+
+_E = TypeVar("_E")
+
+
+def _member(table: Mapping[str, _E], value: object) -> _E | None:
+    """The member ``value`` names; ``None`` for anything else (a list is no key, a
+    ``TypeError`` to a plain ``get``)."""
+    return table.get(value) if type(value) is str else None
 
 
 def _fail(where: str, what: str, value: object) -> ContractError:
@@ -229,7 +238,7 @@ def _tenant(doc: object, where: str, unit: _Unit) -> Tenant:
     box = None if container is None else _container(container, f"{where}.container")
     visible = _field(t, "allocVisible", _BOOL, where)
     given = t.get("verdict")
-    judged = _VERDICTS.get(given)  # type: ignore[arg-type]
+    judged = _member(_VERDICTS, given)
     if judged is not None:
         verdict, why = judged, _REASONS.get(reason) if reason is not None else None
     elif given is None:
@@ -254,7 +263,7 @@ def _tenant(doc: object, where: str, unit: _Unit) -> Tenant:
 
 
 def _state(doc: Mapping[str, Any], where: str) -> GpuState:
-    state = _STATES.get(doc.get("state"))  # type: ignore[arg-type]
+    state = _member(_STATES, doc.get("state"))
     if state is None:
         raise _fail(f"{where}.state", f"expected one of {', '.join(_STATES)}", doc.get("state"))
     return state
@@ -386,8 +395,8 @@ def _subject(doc: Mapping[str, Any], where: str) -> dict[str, str | int | None]:
 def parse_finding(doc: object, where: str) -> Finding | None:
     """One finding; ``None`` for a code this version does not know."""
     f = _obj(doc, where)
-    code = _CODES.get(f.get("code"))  # type: ignore[arg-type]
-    level = _LEVELS.get(f.get("level"))  # type: ignore[arg-type]
+    code = _member(_CODES, f.get("code"))
+    level = _member(_LEVELS, f.get("level"))
     if level is None:
         raise _fail(f"{where}.level", "expected OK, WARN, BAD or ERROR", f.get("level"))
     subject = _subject(_field(f, "subject", _OBJ, where), f"{where}.subject")
