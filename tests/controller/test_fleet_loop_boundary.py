@@ -21,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gpuledger.collectors.client_tls import TlsSettings
-from gpuledger.collectors.ledgers import LedgerReader
+from gpuledger.collectors.ledgers import LedgerAnswer, LedgerReader
 from gpuledger.controller import fleet_loop
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
 from gpuledger.errors import SourceName
@@ -126,3 +126,27 @@ def test_a_discovered_target_that_is_not_text_is_dropped_not_the_sweep(
     for node in snap.fleet.nodes:
         for text in (node.name, node.nomad_node_id, node.url, node.error):
             assert text is None or text.encode("utf-8")
+
+
+class _FailingReader(LedgerReader):
+    """A reader whose read of one URL fails as nothing foresaw (the others are read)."""
+
+    async def read(self, url: str, etag: str | None = None) -> LedgerAnswer:
+        if url.endswith(NODES[2].name):
+            raise RuntimeError("nobody foresaw this either")
+        return await super().read(url, etag)
+
+
+def test_a_read_that_fails_unforeseen_costs_that_node_only(controllers: Controllers) -> None:
+    fleet = FleetController(_config(controllers), default_policy())
+
+    async def once() -> FleetSnapshot:
+        async with _FailingReader(TlsSettings(), 8, 2.0) as reader:
+            return await fleet.sweep(reader)
+
+    rows = {n.url: n for n in asyncio.run(once()).fleet.nodes}
+    failed = rows[controllers.url(NODES[2].name)]
+    assert (failed.status, failed.error) == (
+        NodeStatus.UNREACHABLE, "could not be read (RuntimeError)"
+    )  # fmt: skip
+    assert [rows[controllers.url(n.name)].status for n in NODES[:2]] == [NodeStatus.OK] * 2
