@@ -149,7 +149,11 @@ class LedgerReader:
 
         async def one(url: str, etag: str | None) -> T:
             async with gate:
-                return convert(await self.read(url, etag))
+                try:
+                    answer = await self.read(url, etag)
+                except Exception as err:
+                    answer = LedgerAnswer(url, error=f"could not be read ({type(err).__name__})")
+                return convert(answer)
 
         tasks = [asyncio.ensure_future(one(url, etag)) for url, etag in asks]
         if tasks:

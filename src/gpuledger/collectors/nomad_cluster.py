@@ -18,6 +18,7 @@ from nomad.api.base import Requester
 from gpuledger.collectors.nomad import NomadReader
 from gpuledger.collectors.nomad_transport import Call, NomadSettings
 from gpuledger.model.fleet_values import ClusterNode, Target
+from gpuledger.model.text import is_text
 
 NODE_READ_HINT = 'grant the token node { policy = "read" }'
 
@@ -37,6 +38,20 @@ def _read_keys(pairs: list[tuple[str, Any]]) -> Mapping[str, Any]:
     return kept or _NOTHING
 
 
+def _json(content: bytes, hook: Any = None) -> Any:
+    """Nomad's JSON answer; ``ValueError`` (not JSON, to the caller) for one nested deeper than
+    Python's recursion allows, which ``json`` raises as a ``RecursionError``."""
+    try:
+        return json.loads(content, object_pairs_hook=hook)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _text(value: object, fallback: str) -> str:
+    """A string Nomad gave, when it is text (no lone surrogate); else ``fallback``."""
+    return value if isinstance(value, str) and value and is_text(value) else fallback
+
+
 class _Service(Requester):  # type: ignore[misc]
     ENDPOINT = "service"
 
@@ -53,12 +68,12 @@ def _gpu_count(resources: Mapping[str, Any] | None) -> int:
 
 def _cluster_node(stub: Mapping[str, Any], resources: Mapping[str, Any] | None) -> ClusterNode:
     node_id = stub.get("ID")
-    if not isinstance(node_id, str) or not node_id:
+    if not isinstance(node_id, str) or not node_id or not is_text(node_id):
         raise ValueError("a node without an ID")
     return ClusterNode(
         id=node_id,
-        name=str(stub.get("Name") or node_id),
-        status=str(stub.get("Status") or "unknown"),
+        name=_text(stub.get("Name"), node_id),
+        status=_text(stub.get("Status"), "unknown"),
         eligible=stub.get("SchedulingEligibility") == "eligible",
         drain=bool(stub.get("Drain")),
         gpus=_gpu_count(resources),
@@ -66,10 +81,15 @@ def _cluster_node(stub: Mapping[str, Any], resources: Mapping[str, Any] | None) 
 
 
 def _base(scheme: str, address: object, port: object) -> str:
-    if not isinstance(address, str) or not address or not isinstance(port, int):
+    if not isinstance(address, str) or not address or not is_text(address) or type(port) is not int:
         raise ValueError(f"a registration without an address and port ({address!r}, {port!r})")
     host = f"[{address}]" if ":" in address else address
     return f"{scheme}://{host}:{port}"
+
+
+def _node_id(registration: Mapping[str, Any]) -> str | None:
+    node_id = registration.get("NodeID")
+    return node_id if isinstance(node_id, str) and node_id and is_text(node_id) else None
 
 
 class NomadCluster(NomadReader):
@@ -87,9 +107,8 @@ class NomadCluster(NomadReader):
         call = Call("/v1/nodes?resources=true", "node:read", NODE_READ_HINT)
         stubs = self._call(
             call,
-            lambda: json.loads(
-                self._nodes.request(method="get", params={"resources": True}).content,
-                object_pairs_hook=_read_keys,
+            lambda: _json(
+                self._nodes.request(method="get", params={"resources": True}).content, _read_keys
             ),
         )
         if not isinstance(stubs, list):
@@ -124,15 +143,17 @@ class NomadCluster(NomadReader):
         )
         docs = self._call(
             call,
-            lambda: self._service.request(
-                quote(name, safe=""), method="get", params={"namespace": namespace}
-            ).json(),
+            lambda: _json(
+                self._service.request(
+                    quote(name, safe=""), method="get", params={"namespace": namespace}
+                ).content
+            ),
         )
         if not isinstance(docs, list):
             raise self._error(f"GET {path} answered no list", "check that Nomad is 1.3 or later")
         try:
             return tuple(
-                Target(_base(scheme, d.get("Address"), d.get("Port")), node_id=d.get("NodeID"))
+                Target(_base(scheme, d.get("Address"), d.get("Port")), node_id=_node_id(d))
                 for d in docs
             )
         except (ValueError, AttributeError) as err:

@@ -16,7 +16,7 @@ not parsed or judged again until an idle rule may fire), the Nomad node id each 
 from __future__ import annotations
 
 import asyncio
-import json
+import math
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -46,7 +46,7 @@ from gpuledger.errors import (
 )
 from gpuledger.model import SourceStatus
 from gpuledger.model.contract import iso_time
-from gpuledger.model.contract_read import parse_ledger, parse_time, schema_of
+from gpuledger.model.contract_read import load_document, parse_ledger, parse_time, schema_of
 from gpuledger.model.fleet_values import (
     ClusterDesired,
     ClusterNode,
@@ -56,6 +56,7 @@ from gpuledger.model.fleet_values import (
 )
 from gpuledger.model.history_record import GAP_INTERVALS
 from gpuledger.model.snapshots import FleetSnapshot
+from gpuledger.model.text import excerpt, is_text, text_of
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
 
@@ -63,6 +64,8 @@ log = structlog.get_logger("gpuledger.fleet")
 
 SWEEP_SHARE = 0.8
 """The share of the interval the controllers' reads may take, all together."""
+MAX_INTERVAL_S = 7 * 86400.0
+"""The longest interval a controller may say it ticks at (``X-Gpuledger-Interval``): a week."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ class FleetController:
         self._targets: tuple[Target, ...] | None = None
         self._opened: dict[FindingKey, datetime] | None = {} if interval else None
         self._failing: dict[SourceName, str] = {}
+        self.node_errors = 0
+        """How many answers of a node the fleet failed on unforeseen (``fleet.node_failed``)."""
         # Bound to the loop that first waits on them (asyncio since 3.10), the one run() starts.
         self._stop, self._wake = asyncio.Event(), asyncio.Event()
         self._reload = False
@@ -146,13 +151,15 @@ class FleetController:
             deadline = max(budget, self.config.timeout)
         by_url = {t.url: t for t in targets}
         asks = [(t.url, self._etag(t.url, at)) for t in targets]
-        reads = await reader.read_all(asks, deadline, lambda a: self._read(a, by_url[a.url], at))
+        reads = await reader.read_all(asks, deadline, lambda a: self._guarded(a, by_url[a.url], at))
         desired = await nodes
         self._forget(set(by_url))
         fleet = reconcile_fleet(at, self.policy, desired, discovery, reads, self.config.shard)
         if self._opened is not None:
             fleet, self._opened = date_findings(fleet, self._opened)
-        snapshot = FleetSnapshot(fleet, self.clock.monotonic() - started, self.interval)
+        snapshot = FleetSnapshot(
+            fleet, self.clock.monotonic() - started, self.interval, self.node_errors
+        )
         self.snapshot = snapshot  # one attribute swap: readers see the old or the new, whole
         log.info(
             "fleet.sweep_finished",
@@ -166,11 +173,13 @@ class FleetController:
     async def _discover(self) -> Discovery:
         source = self.config.discovery
         try:
-            self._targets = await asyncio.to_thread(source.read)
-        except SourceError as err:
+            found = await asyncio.to_thread(source.read)
+        except Exception as exc:
             # Keep the last good list: Consul down is not every controller gone.
+            err = _source_error(source.name, exc)
             self._source_failed(source.name, err)
             return Discovery(source.name, source.label, SourceStatus.failed(err.message, err.hint))
+        self._targets = tuple(t for t in (_text_target(t) for t in found) if t is not None)
         self._source_up(source.name)
         return Discovery(source.name, source.label)
 
@@ -179,7 +188,8 @@ class FleetController:
             return ClusterDesired(None)
         try:
             nodes = await asyncio.to_thread(self.config.nodes)
-        except SourceError as err:
+        except Exception as exc:
+            err = _source_error(SourceName.NOMAD, exc)
             self._source_failed(SourceName.NOMAD, err)
             return ClusterDesired(None, SourceStatus.failed(err.message, err.hint))
         self._source_up(SourceName.NOMAD)
@@ -210,6 +220,27 @@ class FleetController:
 
     # ---------------------------------------------------------------- one answer
 
+    def _guarded(self, answer: LedgerAnswer, target: Target, at: datetime) -> ControllerRead:
+        """``_read``, at the node's boundary: whatever goes wrong reading, parsing or judging
+        one node's answer costs that node only (unreachable, with the reason), logged with the
+        node and counted, never the sweep; and every text of the row is text."""
+        try:
+            read = self._read(answer, target, at)
+        except Exception as exc:
+            self.node_errors += 1
+            self._kept.pop(target.url, None)
+            log.exception("fleet.node_failed", url=text_of(target.url), error=text_of(repr(exc)))
+            read = ControllerRead(
+                target.url,
+                NodeStatus.UNREACHABLE,
+                answered=answer.status is not None,
+                node_id=target.node_id or self._node_ids.get(target.url),
+                name=target.name,
+                error=f"answered what the fleet could not read "
+                f"({type(exc).__name__}: {excerpt(text_of(str(exc)), 80, quoted=False)})",
+            )
+        return _text_read(read)
+
     def _read(self, answer: LedgerAnswer, target: Target, at: datetime) -> ControllerRead:
         """What one controller's answer says, judged; its body is dropped here."""
         hint = replace(
@@ -225,9 +256,9 @@ class FleetController:
         if answer.status != 200:
             return replace(hint, error=_http_error(answer))
         try:
-            doc = json.loads(answer.body)
-        except ValueError as err:
-            kind = answer.content_type.split(";")[0] or "a body"
+            doc = load_document(answer.body)
+        except ContractError as err:
+            kind = excerpt(text_of(answer.content_type.split(";")[0]), 40, quoted=False) or "a body"
             return replace(hint, error=f"answered {kind} that is not a JSON ledger ({err})")
         try:
             ledger = parse_ledger(doc)
@@ -237,7 +268,7 @@ class FleetController:
             return replace(hint, error=f"answered a ledger gpuledger cannot read: {err}")
         kept = self._kept.get(target.url)
         judgement = judge_ledger(ledger, self.policy, at, kept.judgement.held_below if kept else {})
-        self._kept[target.url] = _Kept(answer.etag, judgement, len(ledger.gpus))
+        self._kept[target.url] = _Kept(_etag_of(answer), judgement, len(ledger.gpus))
         if ledger.node.nomad_node_id:
             self._node_ids[target.url] = ledger.node.nomad_node_id
         return self._current(hint, judgement, len(ledger.gpus), answer, at)
@@ -256,11 +287,11 @@ class FleetController:
                        schema=1, gpus=gpus)  # fmt: skip
         try:
             tick = parse_time(answer.tick, "tick") if answer.tick else judgement.summary.at
-            interval = float(answer.interval) if answer.interval else None
+            interval = _interval(answer.interval)
         except (ContractError, ValueError):
             return replace(read, error="answered a tick or interval header it cannot read")
         age = at - tick
-        if interval is not None and interval > 0:
+        if interval is not None:
             limit = timedelta(seconds=GAP_INTERVALS * interval)
             of = f"three of its {interval:g}s intervals"
         else:
@@ -282,15 +313,16 @@ class FleetController:
         node = doc.get("node") if isinstance(doc, dict) else None
         node_id = node.get("nomadNodeId") if isinstance(node, dict) else None
         name = node.get("name") if isinstance(node, dict) else None
+        node_id, name = (v if is_text(v) else None for v in (node_id, name))
         schema = err.schema if isinstance(err.schema, int) else None
         return replace(
             hint,
             status=NodeStatus.SCHEMA_MISMATCH,
-            node_id=node_id if isinstance(node_id, str) else hint.node_id,
-            name=name if isinstance(name, str) else hint.name,
+            node_id=node_id or hint.node_id,
+            name=name or hint.name,
             schema=schema,
-            error=f"answers the ledger contract schema {schema_of(doc)!r}; this fleet reads "
-            f"schema 1: run the same gpuledger version on the fleet and the nodes",
+            error=f"answers the ledger contract schema {excerpt(schema_of(doc), 20)}; this fleet "
+            f"reads schema 1: run the same gpuledger version on the fleet and the nodes",
         )
 
     # ---------------------------------------------------------------- events
@@ -349,7 +381,7 @@ class FleetController:
         try:
             await self.sweep(reader)
         except Exception as exc:  # the loop must outlive a bug
-            log.exception("fleet.sweep_crashed", error=repr(exc))
+            log.exception("fleet.sweep_crashed", error=text_of(repr(exc)))
         return self.clock.monotonic() - began
 
     async def _wait(self, seconds: float) -> None:
@@ -380,3 +412,57 @@ def _http_error(answer: LedgerAnswer) -> str:
     first = answer.body[:200].decode("utf-8", "replace").strip().splitlines()
     said = f": {first[0][:120]}" if first else ""
     return f"answered HTTP {answer.status}{said}"
+
+
+def _interval(header: str | None) -> float | None:
+    """``X-Gpuledger-Interval`` in seconds: ``None`` when absent or not above 0 (the
+    ``--stale-after`` rule then); ``ValueError`` for what is no finite number up to a week
+    (``1e300`` made the stale limit an ``OverflowError``)."""
+    if not header:
+        return None
+    interval = float(header)
+    if not math.isfinite(interval) or interval > MAX_INTERVAL_S:
+        raise ValueError(f"interval {header!r} is out of range")
+    return interval if interval > 0 else None
+
+
+def _etag_of(answer: LedgerAnswer) -> str | None:
+    """The answer's ETag, when it can be sent back: printable ASCII (a header is decoded with
+    surrogates for its bytes that are not)."""
+    etag = answer.etag
+    return etag if etag and etag.isascii() and etag.isprintable() and len(etag) <= 256 else None
+
+
+def _source_error(name: SourceName, exc: Exception) -> SourceError:
+    """A source's failure as a ``SourceError``: its own, or one naming an unforeseen error."""
+    if isinstance(exc, SourceError):
+        return exc
+    log.exception("fleet.source_failed", source=name.value, error=text_of(repr(exc)))
+    why = excerpt(text_of(str(exc)), 80, quoted=False)
+    return SourceError(
+        name,
+        f"answered what the fleet could not read ({type(exc).__name__}: {why})",
+        "report this with the source's version",
+    )
+
+
+def _text_target(target: Target) -> Target | None:
+    """A discovered target whose every string is text; one whose URL is not is dropped
+    (logged): no request could name it."""
+    if not is_text(target.url):
+        log.warning("fleet.target_refused", url=text_of(target.url), why="not text")
+        return None
+    node_id = target.node_id if target.node_id is None or is_text(target.node_id) else None
+    name = target.name if target.name is None or is_text(target.name) else None
+    if (node_id, name) == (target.node_id, target.name):
+        return target
+    return replace(target, node_id=node_id, name=name)
+
+
+def _text_read(read: ControllerRead) -> ControllerRead:
+    """The row's strings, each made text (a lone surrogate shown as its escape)."""
+    texts = (read.name, read.node_id, read.error)
+    if all(t is None or is_text(t) for t in texts):
+        return read
+    name, node_id, error = (None if t is None else text_of(t) for t in texts)
+    return replace(read, name=name, node_id=node_id, error=error)

@@ -9,12 +9,13 @@ schema), and so are a source or a reason this version does not know.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
-from gpuledger.errors import ContractError, SchemaMismatchError
+from gpuledger.errors import ContractError, SchemaMismatchError, SourceName
 from gpuledger.model.contract import SCHEMA
 from gpuledger.model.readings import (
     TICK_SOURCES,
@@ -24,6 +25,7 @@ from gpuledger.model.readings import (
     MigInstance,
     SourceStatus,
 )
+from gpuledger.model.text import excerpt, is_text
 from gpuledger.model.values import (
     AllocRef,
     Code,
@@ -48,6 +50,19 @@ _SOURCES = {s.value: s for s in TICK_SOURCES}
 _CODES = {c.value: c for c in Code}
 _LEVELS = {level.name: level for level in Level}
 _RUNTIMES = ("docker", "podman")
+_RUNTIME_REASONS = {
+    SourceName.DOCKER: Reason.DOCKER_UNREAD,
+    SourceName.PODMAN: Reason.PODMAN_UNREAD,
+}
+
+
+_E = TypeVar("_E")
+
+
+def _member(table: Mapping[str, _E], value: object) -> _E | None:
+    """The member ``value`` names; ``None`` for anything else (a list is no key, a
+    ``TypeError`` to a plain ``get``)."""
+    return table.get(value) if type(value) is str else None
 
 
 def _fail(where: str, what: str, value: object) -> ContractError:
@@ -75,6 +90,12 @@ _OPT_INT = _Kind(frozenset({int, _NONE}), "expected an integer or null")
 _OPT_NUM = _Kind(frozenset({int, float, _NONE}), "expected a number or null")
 _BOOL = _Kind(frozenset({bool}), "expected true or false")
 _OPT_BOOL = _Kind(frozenset({bool, _NONE}), "expected true, false or null")
+_NOT_TEXT = "expected text (a lone surrogate is no character)"
+_EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
+"""The instants a document may name: arithmetic of durations on them can never overflow
+(``datetime`` ends with the year 9999; a ``stateSince`` in 9999 made the idle rules' due time
+an ``OverflowError``)."""
 
 
 def _field(obj: Mapping[str, Any], key: str, kind: _Kind, where: str) -> Any:
@@ -83,6 +104,8 @@ def _field(obj: Mapping[str, Any], key: str, kind: _Kind, where: str) -> Any:
     value = obj.get(key)
     if type(value) not in kind.types:
         raise _fail(f"{where}.{key}", kind.expected, value)
+    if type(value) is str and not (value.isascii() or is_text(value)):
+        raise _fail(f"{where}.{key}", _NOT_TEXT, value)
     return value
 
 
@@ -102,7 +125,26 @@ def parse_time(value: object, where: str) -> datetime:
         at = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except ValueError:
         raise _fail(where, "expected an ISO 8601 time", value) from None
-    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+    at = at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+    try:
+        known = _EARLIEST <= at < _LATEST
+    except OverflowError:  # an offset that takes the instant past the calendar's ends
+        known = False
+    if not known:
+        raise _fail(where, "expected a time from 1970 to 8999", value)
+    return at
+
+
+def load_document(body: bytes) -> object:
+    """The JSON value of ``body``; ``ContractError`` saying why when it is not JSON: not
+    UTF-8, not JSON, or nested deeper than Python's recursion allows (a ``RecursionError``,
+    not a ``ValueError``)."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ContractError("nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        raise ContractError(excerpt(str(err), 200, quoted=False)) from None
 
 
 def schema_of(doc: object) -> object:
@@ -155,22 +197,63 @@ def _container(doc: object, where: str) -> Container | None:
     )
 
 
-def _tenant(doc: object, where: str) -> Tenant:
+@dataclass(frozen=True)
+class _Unit:
+    """What a tenant is judged against: its unit's reservation, and which sources the node read
+    (a tenant of a controller older than ``verdict`` is judged again from them)."""
+
+    reservation: AllocRef | None
+    sources: Mapping[SourceName, SourceStatus]
+
+    def unread(self, name: SourceName) -> bool:
+        status = self.sources.get(name)
+        return status is None or not status.readable
+
+
+def _derived(unit: _Unit, alloc: AllocRef | None, visible: bool, container: Container | None
+             ) -> tuple[Verdict, Reason | None]:  # fmt: skip
+    """A tenant's verdict where its document has none (a controller before ``verdict`` was
+    added): what the join would say from its allocation, ``allocVisible``, the unit's
+    reservation and the sources; undecided where the document cannot tell."""
+    if alloc is not None and visible:
+        own = unit.reservation is not None and unit.reservation.id == alloc.id
+        return (Verdict.OWN if own else Verdict.UNRESERVED), None
+    if unit.unread(SourceName.PROCFS):
+        return Verdict.UNDECIDED, Reason.PROCFS_UNREADABLE
+    if container is not None:
+        runtime = SourceName(container.runtime)
+        if unit.unread(runtime):
+            return Verdict.UNDECIDED, _RUNTIME_REASONS[runtime]
+    if alloc is not None or (container is not None and unit.unread(SourceName.NOMAD)):
+        # Hidden from the token, gone, or not answered: the document does not say which.
+        return Verdict.UNDECIDED, Reason.NOMAD_UNREAD if unit.unread(SourceName.NOMAD) else None
+    return Verdict.UNMANAGED, None
+
+
+def _tenant(doc: object, where: str, unit: _Unit) -> Tenant:
     t = _obj(doc, where)
-    verdict = _VERDICTS.get(t.get("verdict"))  # type: ignore[arg-type]
-    if verdict is None:
-        raise _fail(f"{where}.verdict", f"expected one of {', '.join(_VERDICTS)}", t.get("verdict"))
     reason = _field(t, "reason", _OPT_STR, where)
     container, alloc = t.get("container"), t.get("alloc")
+    ref = None if alloc is None else _alloc(alloc, f"{where}.alloc", "id")
+    box = None if container is None else _container(container, f"{where}.container")
+    visible = _field(t, "allocVisible", _BOOL, where)
+    given = t.get("verdict")
+    judged = _member(_VERDICTS, given)
+    if judged is not None:
+        verdict, why = judged, _REASONS.get(reason) if reason is not None else None
+    elif given is None:
+        verdict, why = _derived(unit, ref, visible, box)
+    else:
+        raise _fail(f"{where}.verdict", f"expected one of {', '.join(_VERDICTS)}", given)
     facts = TenantFacts(
         process=_field(t, "process", _OPT_STR, where),
         command=_field(t, "command", _OPT_STR, where),
-        container=None if container is None else _container(container, f"{where}.container"),
-        alloc=None if alloc is None else _alloc(alloc, f"{where}.alloc", "id"),
+        container=box,
+        alloc=ref,
         alloc_from_name=_field(t, "allocFromName", _BOOL, where),
-        alloc_visible=_field(t, "allocVisible", _BOOL, where),
+        alloc_visible=visible,
         verdict=verdict,
-        reason=_REASONS.get(reason) if reason is not None else None,
+        reason=why,
     )
     return Tenant(
         pid=_field(t, "pid", _INT, where),
@@ -180,7 +263,7 @@ def _tenant(doc: object, where: str) -> Tenant:
 
 
 def _state(doc: Mapping[str, Any], where: str) -> GpuState:
-    state = _STATES.get(doc.get("state"))  # type: ignore[arg-type]
+    state = _member(_STATES, doc.get("state"))
     if state is None:
         raise _fail(f"{where}.state", f"expected one of {', '.join(_STATES)}", doc.get("state"))
     return state
@@ -198,12 +281,14 @@ def _since(doc: Mapping[str, Any], where: str) -> datetime | None:
     return None if since is None else parse_time(since, f"{where}.stateSince")
 
 
-def _tenants(doc: Mapping[str, Any], where: str) -> tuple[Tenant, ...]:
+def _tenants(doc: Mapping[str, Any], where: str, unit: _Unit) -> tuple[Tenant, ...]:
     tenants = _field(doc, "tenants", _LIST, where)
-    return tuple(_tenant(t, f"{where}.tenants[{i}]") for i, t in enumerate(tenants))
+    return tuple(_tenant(t, f"{where}.tenants[{i}]", unit) for i, t in enumerate(tenants))
 
 
-def _instance(doc: object, where: str, card: Gpu) -> LedgerInstance:
+def _instance(
+    doc: object, where: str, card: Gpu, sources: Mapping[SourceName, SourceStatus]
+) -> LedgerInstance:
     """A MIG instance under its card (``gpus[].instances``)."""
     i = _obj(doc, where)
     instance = MigInstance(
@@ -215,17 +300,18 @@ def _instance(doc: object, where: str, card: Gpu) -> LedgerInstance:
         memory_used_mib=_field(i, "memoryUsedMiB", _OPT_INT, where),
         memory_total_mib=_field(i, "memoryTotalMiB", _OPT_INT, where),
     )
+    reservation = _reservation(i, where)
     return LedgerInstance(
         instance=instance,
         card_index=card.index,
         state=_state(i, where),
-        reservation=_reservation(i, where),
-        tenants=_tenants(i, where),
+        reservation=reservation,
+        tenants=_tenants(i, where, _Unit(reservation, sources)),
         state_since=_since(i, where),
     )
 
 
-def _gpu(doc: object, where: str) -> LedgerGpu:
+def _gpu(doc: object, where: str, sources: Mapping[SourceName, SourceStatus]) -> LedgerGpu:
     g = _obj(doc, where)
     state = _state(g, where)
     util = _field(g, "utilizationPercent", _OPT_NUM, where)
@@ -247,15 +333,16 @@ def _gpu(doc: object, where: str) -> LedgerGpu:
     instances = g.get("instances") or []
     if type(instances) is not list:
         raise _fail(f"{where}.instances", _LIST.expected, instances)
+    reservation = _reservation(g, where)
     return LedgerGpu(
         gpu=gpu,
         state=state,
-        reservation=_reservation(g, where),
-        tenants=_tenants(g, where),
+        reservation=reservation,
+        tenants=_tenants(g, where, _Unit(reservation, sources)),
         state_since=_since(g, where),
         encoder_cap=_field(g, "encoderSessionCap", _OPT_INT, where),
         instances=tuple(
-            _instance(i, f"{where}.instances[{n}]", gpu) for n, i in enumerate(instances)
+            _instance(i, f"{where}.instances[{n}]", gpu, sources) for n, i in enumerate(instances)
         ),
     )
 
@@ -286,14 +373,33 @@ def _optional_list(top: Mapping[str, Any], key: str) -> list[Any]:
     return value
 
 
+_SUBJECT_KINDS = frozenset({str, int, _NONE})
+
+
+def _subject(doc: Mapping[str, Any], where: str) -> dict[str, str | int | None]:
+    """A finding's subject: text keys, each a string, an integer or null."""
+    subject = {}
+    for key, value in doc.items():
+        if not is_text(key) or type(value) not in _SUBJECT_KINDS:
+            raise _fail(
+                f"{where}.{excerpt(key, 20, quoted=False)}",
+                "expected text, an integer or null",
+                value,
+            )
+        if type(value) is str and not (value.isascii() or is_text(value)):
+            raise _fail(f"{where}.{key}", _NOT_TEXT, value)
+        subject[key] = value
+    return subject
+
+
 def parse_finding(doc: object, where: str) -> Finding | None:
     """One finding; ``None`` for a code this version does not know."""
     f = _obj(doc, where)
-    code = _CODES.get(f.get("code"))  # type: ignore[arg-type]
-    level = _LEVELS.get(f.get("level"))  # type: ignore[arg-type]
+    code = _member(_CODES, f.get("code"))
+    level = _member(_LEVELS, f.get("level"))
     if level is None:
         raise _fail(f"{where}.level", "expected OK, WARN, BAD or ERROR", f.get("level"))
-    subject = _field(f, "subject", _OBJ, where)
+    subject = _subject(_field(f, "subject", _OBJ, where), f"{where}.subject")
     if code is None:
         return None
     since = f.get("since")
@@ -303,32 +409,38 @@ def parse_finding(doc: object, where: str) -> Finding | None:
         gpu=_field(f, "gpu", _OPT_STR, where),
         node=_field(f, "node", _STR, where),
         message=_field(f, "message", _STR, where),
-        subject=dict(subject),
+        subject=subject,
         since=None if since is None else parse_time(since, f"{where}.since"),
     )
 
 
 def parse_ledger(doc: object) -> Ledger:
-    """The ledger a ``/ledger`` document describes; ``ContractError`` names what is wrong."""
+    """The ledger a ``/ledger`` document describes; ``ContractError`` names what is wrong.
+
+    Keys added within schema 1 are optional: a document of an earlier build lacks them
+    (``verdict``, ``reason``, ``encoderSessionCap``, ``migEnabled``, ``migPending``,
+    ``instances``, ``missingDevices``, ``unlistedProcesses``), and what they say is derived
+    (a tenant's verdict) or unknown (``null``, none).
+    """
     top = _obj(doc, "document")
     schema = top.get("schema")
     if schema != SCHEMA or isinstance(schema, bool):
         if isinstance(schema, int) and not isinstance(schema, bool):
             raise SchemaMismatchError(schema, SCHEMA)
         raise _fail("schema", f"expected {SCHEMA}", schema)
-    sources = _obj(top.get("sources"), "sources")
+    sources = {
+        _SOURCES[name]: _source(s, f"sources.{name}")
+        for name, s in _obj(top.get("sources"), "sources").items()
+        if name in _SOURCES
+    }
     gpus = _field(top, "gpus", _LIST, "document")
     findings = _field(top, "findings", _LIST, "document")
     parsed = (parse_finding(f, f"findings[{i}]") for i, f in enumerate(findings))
     return Ledger(
         node=parse_node(top.get("node")),
         at=parse_time(top.get("at"), "at"),
-        sources={
-            _SOURCES[name]: _source(s, f"sources.{name}")
-            for name, s in sources.items()
-            if name in _SOURCES
-        },
-        gpus=tuple(_gpu(g, f"gpus[{i}]") for i, g in enumerate(gpus)),
+        sources=sources,
+        gpus=tuple(_gpu(g, f"gpus[{i}]", sources) for i, g in enumerate(gpus)),
         findings=tuple(f for f in parsed if f is not None),
         missing=tuple(
             _missing(d, f"missingDevices[{i}]")

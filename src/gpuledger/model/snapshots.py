@@ -48,6 +48,9 @@ class FleetSnapshot:
     fleet: Fleet
     duration_s: float
     interval: timedelta | None = None
+    node_errors: int = 0
+    """How many node answers the fleet has failed on unforeseen since it started (each cost
+    that node only): ``gpuledger_fleet_node_errors_total``."""
 
     def problems(self, now: datetime) -> list[str]:
         """What keeps the fleet controller from being healthy, one line each."""

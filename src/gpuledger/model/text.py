@@ -28,3 +28,11 @@ def is_text(value: object) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def text_of(value: str) -> str:
+    """``value`` with every lone surrogate written as its escape (``\\ud800``): a string any
+    output can encode, for what came from outside and is shown anyway (a log line, a reason)."""
+    if value.isascii() or is_text(value):
+        return value
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpuledger.model import Code, GpuState, Level
 from gpuledger.model.fleet_values import Fleet, NodeStatus
 from gpuledger.model.snapshots import FleetSnapshot
+from gpuledger.model.text import text_of
 from gpuledger.views.metrics import JOB_LABELS, build_family, exposition, finding_labels
 
 __all__ = ["FleetCollector", "render"]
@@ -46,10 +47,11 @@ def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
 
 
 def _node_labels(fleet: Fleet) -> list[str]:
-    """Each row's ``node`` label: its name, with its URL when two rows share a name."""
+    """Each row's ``node`` label: its name, with its URL when two rows share a name; text
+    any exposition can encode (the fleet reads only text: this is the last guard)."""
     names = Counter(n.name for n in fleet.nodes)
     return [
-        n.name if names[n.name] == 1 else f"{n.name} ({n.url or n.nomad_node_id})"
+        text_of(n.name if names[n.name] == 1 else f"{n.name} ({n.url or n.nomad_node_id})")
         for n in fleet.nodes
     ]
 
@@ -125,6 +127,12 @@ def _sweep_families(snap: FleetSnapshot) -> Iterator[Metric]:
         P + "last_sweep_timestamp_seconds",
         "When the last sweep began (Unix time).",
         value=snap.fleet.at.timestamp(),
+    )
+    yield CounterMetricFamily(
+        P + "node_errors",
+        "Node answers the fleet failed on unforeseen (each cost that node only; logged as "
+        "fleet.node_failed).",
+        value=float(snap.node_errors),
     )
 
 

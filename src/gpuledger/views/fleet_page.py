@@ -178,4 +178,4 @@ def render_fleet_page(snap: FleetSnapshot, refresh: bool = True) -> bytes:
             endpoints=ENDPOINTS,
         )
     )
-    return page.encode("utf-8")
+    return page.encode("utf-8", "backslashreplace")  # a lone surrogate shown, never a 500

@@ -1,4 +1,8 @@
-"""The human-readable fleet of ``fleet ls`` and ``fleet check``: nodes, then jobs, then totals."""
+"""The human-readable fleet of ``fleet ls`` and ``fleet check``: nodes, then jobs, then totals.
+
+Every text is one a terminal can be written (``text_of``: a lone surrogate as its escape), the
+last guard behind the contract's boundary, which lets only text in.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from collections.abc import Mapping
 
 from gpuledger.model import GpuState, Level
 from gpuledger.model.fleet_values import Fleet, FleetNode
+from gpuledger.model.text import text_of
 from gpuledger.views.table import columns, printable
 
 _STATE_COLUMNS = (
@@ -76,7 +81,7 @@ def render_fleet(fleet: Fleet) -> str:
     lines.extend(columns(_job_rows(fleet)) if fleet.jobs else ["no job holds a GPU"])
     lines.append("")
     lines.extend(printable(line) for line in _totals(fleet))
-    return "\n".join(lines) + "\n"
+    return text_of("\n".join(lines) + "\n")
 
 
 def render_fleet_findings(fleet: Fleet) -> str:
@@ -87,4 +92,4 @@ def render_fleet_findings(fleet: Fleet) -> str:
     rows.extend([f.level.name, f.code.value, f.node or "-", f.message] for f in fleet.findings)
     lines = columns(rows)
     lines.append(f"{len(fleet.findings)} findings on the fleet (worst: {fleet.worst.name})")
-    return "\n".join(lines) + "\n"
+    return text_of("\n".join(lines) + "\n")

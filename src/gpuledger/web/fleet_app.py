@@ -12,11 +12,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import structlog
+
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
 from gpuledger.model.fleet_values import Fleet
 from gpuledger.model.snapshots import FleetSnapshot
+from gpuledger.model.text import text_of
 from gpuledger.views import fleet_metrics
 from gpuledger.views.fleet_page import render_fleet_page
+from gpuledger.views.metrics import choose_encoder
 from gpuledger.web.app import (
     JSON,
     Answer,
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
 
 STARTING = "starting: the first sweep has not finished yet\n"
+log = structlog.get_logger("gpuledger.fleet")
 
 
 class FleetApp(WsgiApp[FleetSnapshot]):
@@ -87,5 +92,16 @@ class FleetApp(WsgiApp[FleetSnapshot]):
         return metrics_answer(self.cache, snap, environ, fleet_metrics.render)
 
     def healthz(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
-        """200 ``ok``, or 503 and one line per failing source (or a stopped loop)."""
-        return health_answer(snap.problems(self.now()) if snap else None, STARTING)
+        """200 ``ok``, or 503 and one line per failing source (or a stopped loop, or metrics
+        that cannot be rendered: Prometheus would lose every fleet series while this said ok)."""
+        if snap is None:
+            return health_answer(None, STARTING)
+        problems = snap.problems(self.now())
+        try:
+            # The body /metrics serves to a plain scrape, rendered once for both.
+            name = f"metrics {choose_encoder('')[1]}"
+            self.cache.body(snap, name, lambda: fleet_metrics.render(snap, "")[0])
+        except Exception as exc:  # what /metrics would answer 500 for
+            log.exception("fleet.metrics_failed", error=text_of(repr(exc)))
+            problems.append(f"metrics: cannot be rendered ({type(exc).__name__})")
+        return health_answer(problems, STARTING)
