@@ -28,6 +28,7 @@ import structlog
 from gpuledger.collectors.client_tls import TlsSettings
 from gpuledger.collectors.ledgers import LedgerAnswer, LedgerReader
 from gpuledger.controller.clock import Clock, SystemClock
+from gpuledger.core.fleet_bounds import merge_targets
 from gpuledger.core.fleet_join import (
     Discovery,
     FindingKey,
@@ -166,7 +167,7 @@ class FleetController:
     async def _discover(self) -> Discovery:
         source = self.config.discovery
         try:
-            self._targets = await asyncio.to_thread(source.read)
+            self._targets = merge_targets(await asyncio.to_thread(source.read))
         except SourceError as err:
             # Keep the last good list: Consul down is not every controller gone.
             self._source_failed(source.name, err)
@@ -186,11 +187,11 @@ class FleetController:
         return ClusterDesired(nodes, SourceStatus.up())
 
     def _ours(self, target: Target) -> bool:
-        """Whether this shard reads the target: every one whose ledger has not yet said which
-        node it is (a row is sharded by the id its ledger reports, so a registration's node
-        id, which a ledger may contradict, cannot decide)."""
+        """Whether this shard reads the target: by the node discovery registers it on, else
+        every one whose ledger has not yet said which node it is (a row is sharded by its
+        node: the registration's, else the id its ledger reports)."""
         shard = self.config.shard
-        node_id = self._node_ids.get(target.url)
+        node_id = target.node_id or self._node_ids.get(target.url)
         return shard is None or node_id is None or shard.keeps(node_id)
 
     def _etag(self, url: str, at: datetime) -> str | None:
@@ -216,6 +217,8 @@ class FleetController:
             ControllerRead(target.url, NodeStatus.UNREACHABLE, answered=answer.status is not None),
             node_id=target.node_id or self._node_ids.get(target.url),
             name=target.name,
+            registered=target.node_id,
+            registered_name=target.name,
         )
         if answer.status is None or answer.error:
             return replace(hint, error=answer.error)

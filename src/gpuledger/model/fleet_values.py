@@ -95,6 +95,12 @@ class ControllerRead:
     """The contract schema it answered, when it answered a document."""
     gpus: int = 0
     """How many GPUs its last readable ledger had (for a stale controller's unknown GPUs)."""
+    registered: str | None = None
+    """The Nomad node id discovery registers it on (a Nomad service registration's
+    ``NodeID``, Consul's ``nomad_node_id`` meta): it outranks the id its ledger reports."""
+    registered_name: str | None = None
+    """The node discovery names (Consul's node): vouches for a ledger's claim of the Nomad
+    node of that name, never against it."""
 
 
 @dataclass(frozen=True, slots=True)
