@@ -9,8 +9,8 @@ The default profile runs 200 cases per property; ``--hypothesis-profile=long`` t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
@@ -23,6 +23,7 @@ from gpuledger.errors import SourceError, SourceName
 from gpuledger.model.fleet_values import ClusterNode, Target
 
 pytestmark = pytest.mark.fuzz
+_T = TypeVar("_T")
 
 WORDS = ["10.0.0.7", "::1", "fe80::1%eth0", "gpu-a.dc1.consul", "a/b", "a@b", "a#", " ", "",
          "\ud800", "é", "nvidia", "gpu", "ready", "eligible", "0" * 300]  # fmt: skip
@@ -76,24 +77,29 @@ def assert_targets(found: tuple[Target, ...]) -> None:
             assert text is None or (isinstance(text, str) and text.encode())
 
 
+def decoded(decode: Callable[[], _T], source: SourceName) -> _T | None:
+    """What ``decode`` gives, or ``None`` when it raised a ``SourceError`` naming ``source``
+    (anything else fails the property)."""
+    try:
+        return decode()
+    except SourceError as err:
+        failed = err
+    assert failed.source is source and failed.message
+    return None
+
+
 @given(st.one_of(JSON, st.lists(consul_entry, max_size=4)))
 def test_consul_health_entries_give_targets_or_a_consul_error(entries: Any) -> None:
-    try:
-        found = decode_instances(entries, "http", "/v1/health/service/gpuledger?passing=1")
-    except SourceError as err:
-        assert err.source is SourceName.CONSUL and err.message
-        return
-    assert_targets(found)
+    path = "/v1/health/service/gpuledger?passing=1"
+    found = decoded(lambda: decode_instances(entries, "http", path), SourceName.CONSUL)
+    assert_targets(found or ())
 
 
 @given(st.one_of(JSON, st.lists(registration, max_size=4)))
 def test_nomad_service_registrations_give_targets_or_a_nomad_error(docs: Any) -> None:
-    try:
-        found = decode_registrations(docs, "http", "/v1/service/gpuledger?namespace=default")
-    except SourceError as err:
-        assert err.source is SourceName.NOMAD and err.message
-        return
-    assert_targets(found)
+    path = "/v1/service/gpuledger?namespace=default"
+    found = decoded(lambda: decode_registrations(docs, "http", path), SourceName.NOMAD)
+    assert_targets(found or ())
 
 
 def _listed(stub: Mapping[str, Any]) -> object:
@@ -102,9 +108,6 @@ def _listed(stub: Mapping[str, Any]) -> object:
 
 @given(st.one_of(JSON, st.lists(node_stub, max_size=4)))
 def test_nomad_node_lists_give_nodes_or_a_nomad_error(stubs: Any) -> None:
-    try:
-        nodes = decode_nodes(stubs, _listed, "/v1/nodes?resources=true")
-    except SourceError as err:
-        assert err.source is SourceName.NOMAD and err.message
-        return
-    assert all(isinstance(n, ClusterNode) and n.gpus >= 0 for n in nodes)
+    path = "/v1/nodes?resources=true"
+    nodes = decoded(lambda: decode_nodes(stubs, _listed, path), SourceName.NOMAD)
+    assert all(isinstance(n, ClusterNode) and n.gpus >= 0 for n in nodes or ())
