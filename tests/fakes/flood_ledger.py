@@ -14,8 +14,9 @@ from gpuledger.sim.fleet_sim import SimNode
 
 
 def host_process(pid: int) -> dict[str, Any]:
-    """A process outside every allocation (``unmanaged``), as a node's ledger shows it."""
-    return {"pid": pid, "process": "python3", "command": "python3 mine.py", "usedMemoryMiB": 1,
+    """A process outside every allocation (``unmanaged``), as a node's ledger shows it, each of
+    a name of its own (a finding's identity is the name, not the PID)."""
+    return {"pid": pid, "process": f"miner-{pid}", "command": "miner", "usedMemoryMiB": 1,
             "container": None, "alloc": None, "allocFromName": False, "allocVisible": False,
             "verdict": "unmanaged", "reason": None}  # fmt: skip
 
