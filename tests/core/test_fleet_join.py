@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -78,9 +79,10 @@ A, B, C = "aaaa-1", "bbbb-2", "cccc-3"
 
 def test_a_controller_is_matched_to_its_nomad_node_by_the_id_its_ledger_reports() -> None:
     led = ledger("gpu-a", A, gpu(0, GpuState.HELD, "train"), gpu(1, GpuState.FREE))
-    # Its URL says nothing of the node; Nomad's name differs from the ledger's: the id decides.
+    # Its URL says nothing of the node; Nomad's name differs from the ledger's: the id decides,
+    # and the row bears Nomad's name (a ledger chooses its own).
     fleet = fleet_of(ok("http://10.0.0.9:9877", led), nodes=(cluster(A, "nomad-name-a"),))
-    node = row(fleet, "gpu-a")
+    node = row(fleet, "nomad-name-a")
     assert node.status is NodeStatus.OK
     assert (node.nomad_node_id, node.url, node.nomad_status) == (A, "http://10.0.0.9:9877", "ready")
     assert dict(node.gpus) == {GpuState.HELD: 1, GpuState.FREE: 1}
@@ -192,13 +194,29 @@ def test_with_discovery_unread_the_nodes_are_unreachable_and_flagged_once() -> N
     assert codes(fleet) == {("source-unavailable", "ERROR", "")}
 
 
-def test_two_controllers_for_one_node_are_both_shown_and_the_second_flagged() -> None:
+def test_two_controllers_for_one_node_nothing_vouches_for_are_both_shown_and_neither_trusted():
     led = ledger("gpu-a", A, gpu(0, GpuState.FREE))
     fleet = fleet_of(ok("http://a1", led), ok("http://a2", led), nodes=(cluster(A, "gpu-a"),))
-    assert [(n.url, n.error) for n in fleet.nodes] == [
-        ("http://a1", None), ("http://a2", "reports the same Nomad node id as http://a1")
+    assert [(n.url, n.status) for n in fleet.nodes] == [
+        (None, NodeStatus.UNREACHABLE), ("http://a1", NodeStatus.UNREACHABLE),
+        ("http://a2", NodeStatus.UNREACHABLE),
     ]  # fmt: skip
-    assert codes(fleet) == {("source-unavailable", "ERROR", "gpu-a")}
+    assert "2 controllers report its node id (http://a1, http://a2)" in (fleet.nodes[0].error or "")
+    assert fleet.gpu_totals()[GpuState.UNKNOWN] == 2  # Nomad's two, counted once, unknown
+    assert fleet.gpu_totals()[GpuState.FREE] == 0
+    assert codes(fleet) == {("source-unavailable", "ERROR", "gpu-a"),
+                            ("controller-missing", "ERROR", "gpu-a")}  # fmt: skip
+
+
+def test_of_two_controllers_for_one_node_the_one_its_registration_names_is_kept() -> None:
+    led = ledger("gpu-a", A, gpu(0, GpuState.FREE))
+    honest = replace(ok("http://a2", led), registered=A)
+    fleet = fleet_of(ok("http://a1", led), honest, nodes=(cluster(A, "gpu-a"),))
+    assert [(n.url, n.status, n.error) for n in fleet.nodes] == [
+        ("http://a1", NodeStatus.UNREACHABLE, "reports the same Nomad node id as http://a2"),
+        ("http://a2", NodeStatus.OK, None),
+    ]
+    assert fleet.gpu_totals()[GpuState.FREE] == 1  # the second's GPU is not counted again
 
 
 def test_the_policy_decides_the_level_of_controller_missing_per_node() -> None:

@@ -36,7 +36,7 @@ from gpuledger.collectors.client_tls import (
     tls_failure,
 )
 from gpuledger.errors import ConfigError, SourceError, SourceName
-from gpuledger.model.fleet_values import Target
+from gpuledger.model.fleet_values import Target, base_url, text_or_none
 from gpuledger.model.redact import redact_url_passwords
 
 DEFAULT_ADDR = "127.0.0.1:8500"
@@ -127,23 +127,47 @@ NODE_ID_META = "nomad_node_id"
 in the job's service block): it lets a controller that does not answer be known as its node's."""
 
 
-def _instance(entry: Mapping[str, Any], scheme: str) -> Target:
+def _object(value: object, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} that is not an object")
+    return value
+
+
+def _instance(entry: object, scheme: str) -> Target:
     """Where one health entry's service listens: ``Service.Address``, else ``Node.Address``
     (Consul leaves the service's empty when it is the node's); and which Nomad node it runs
     on, when its registration says so (``NODE_ID_META``)."""
-    service, node = entry.get("Service") or {}, entry.get("Node") or {}
-    address = service.get("Address") or node.get("Address")
-    port = service.get("Port")
-    if not isinstance(address, str) or not address or not isinstance(port, int):
-        raise ValueError(f"an instance without an address and port ({address!r}, {port!r})")
-    host = f"[{address}]" if ":" in address else address
-    name = node.get("Node")
-    node_id = (service.get("Meta") or {}).get(NODE_ID_META)
+    entry = _object(entry, "an entry")
+    service, node = _object(entry.get("Service"), "a Service"), _object(entry.get("Node"), "a Node")
+    meta = _object(service.get("Meta"), "a Service.Meta")
     return Target(
-        f"{scheme}://{host}:{port}",
-        node_id=node_id if isinstance(node_id, str) and node_id else None,
-        name=name if isinstance(name, str) else None,
+        base_url(scheme, service.get("Address") or node.get("Address"), service.get("Port")),
+        node_id=text_or_none(meta.get(NODE_ID_META)),
+        name=text_or_none(node.get("Node")),
     )
+
+
+def decode_instances(entries: object, scheme: str, path: str) -> tuple[Target, ...]:
+    """The targets of a health API answer as py-consul decodes it (any JSON value);
+    ``SourceError`` says what is wrong with it."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        raise SourceError(
+            SourceName.CONSUL,
+            f"GET {path} answered {type(entries).__name__}, not a list of instances",
+            "check that the address is a Consul agent's HTTP address",
+        )
+    try:
+        return tuple(_instance(e, scheme) for e in entries)
+    except ValueError as err:
+        raise SourceError(
+            SourceName.CONSUL,
+            f"GET {path} answered an instance gpuledger cannot read ({err})",
+            "report this with the Consul version",
+        ) from None
 
 
 class ConsulCatalog:
@@ -210,13 +234,15 @@ class ConsulCatalog:
             raise self._http_error(path, err) from None
         except requests.RequestException as err:
             raise self._transport_error(path, err) from None
-        try:
-            found = tuple(_instance(e, node_scheme) for e in entries or ())
-        except (ValueError, AttributeError) as err:
+        except RecursionError:
             raise self._error(
-                f"GET {path} answered an instance gpuledger cannot read ({err})",
-                "report this with the Consul version",
+                f"GET {path} answered JSON nested too deeply to be Consul's health API",
+                f"check that {self._settings.addr} is a Consul agent's HTTP address",
             ) from None
+        try:
+            found = decode_instances(entries, node_scheme, path)
+        except SourceError as err:
+            raise self._error(err.message, err.hint or "") from None
         if not found and self._headers.get(FILTERED) == "true":
             raise self._error(
                 f"GET {path} answered no instance, and Consul says it filtered the answer by "

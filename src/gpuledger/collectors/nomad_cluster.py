@@ -9,7 +9,7 @@ python-nomad endpoint is made for it, so the session, token and errors stay the 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -17,7 +17,8 @@ from nomad.api.base import Requester
 
 from gpuledger.collectors.nomad import NomadReader
 from gpuledger.collectors.nomad_transport import Call, NomadSettings
-from gpuledger.model.fleet_values import ClusterNode, Target
+from gpuledger.errors import SourceError, SourceName
+from gpuledger.model.fleet_values import ClusterNode, Target, base_url, text_or_none
 from gpuledger.model.text import is_text
 
 NODE_READ_HINT = 'grant the token node { policy = "read" }'
@@ -80,16 +81,56 @@ def _cluster_node(stub: Mapping[str, Any], resources: Mapping[str, Any] | None) 
     )
 
 
-def _base(scheme: str, address: object, port: object) -> str:
-    if not isinstance(address, str) or not address or not is_text(address) or type(port) is not int:
-        raise ValueError(f"a registration without an address and port ({address!r}, {port!r})")
-    host = f"[{address}]" if ":" in address else address
-    return f"{scheme}://{host}:{port}"
+def _node_of(stub: object, resources_of: Callable[[Mapping[str, Any]], object]) -> ClusterNode:
+    if not isinstance(stub, Mapping):
+        raise ValueError("a node that is not an object")
+    resources = resources_of(stub)
+    if resources is not None and not isinstance(resources, Mapping):
+        raise ValueError("a node whose NodeResources is not an object")
+    return _cluster_node(stub, resources)
 
 
-def _node_id(registration: Mapping[str, Any]) -> str | None:
-    node_id = registration.get("NodeID")
-    return node_id if isinstance(node_id, str) and node_id and is_text(node_id) else None
+def decode_nodes(
+    stubs: object, resources_of: Callable[[Mapping[str, Any]], object], path: str
+) -> tuple[ClusterNode, ...]:
+    """The nodes of a ``/v1/nodes`` answer (any JSON value); ``resources_of(stub)``: a stub's
+    ``NodeResources`` (asked of Nomad when the list has none). ``SourceError`` says why not."""
+    if not isinstance(stubs, list):
+        raise SourceError(
+            SourceName.NOMAD, f"GET {path} answered no list", "check the Nomad version"
+        )
+    try:
+        return tuple(_node_of(stub, resources_of) for stub in stubs)
+    except (ValueError, AttributeError, TypeError) as err:
+        raise SourceError(
+            SourceName.NOMAD,
+            f"GET {path} answered a node gpuledger cannot read ({err})",
+            "report this with the Nomad version",
+        ) from None
+
+
+def _registration(doc: object, scheme: str) -> Target:
+    if not isinstance(doc, Mapping):
+        raise ValueError("a registration that is not an object")
+    url = base_url(scheme, doc.get("Address"), doc.get("Port"))
+    return Target(url, node_id=text_or_none(doc.get("NodeID")))
+
+
+def decode_registrations(docs: object, scheme: str, path: str) -> tuple[Target, ...]:
+    """The targets of a ``/v1/service/<name>`` answer (any JSON value), each with the Nomad
+    node id its registration names; ``SourceError`` says what is wrong with it."""
+    if not isinstance(docs, list):
+        raise SourceError(
+            SourceName.NOMAD, f"GET {path} answered no list", "check that Nomad is 1.3 or later"
+        )
+    try:
+        return tuple(_registration(doc, scheme) for doc in docs)
+    except ValueError as err:
+        raise SourceError(
+            SourceName.NOMAD,
+            f"GET {path} answered a registration gpuledger cannot read ({err})",
+            "report this with the Nomad version",
+        ) from None
 
 
 class NomadCluster(NomadReader):
@@ -111,20 +152,15 @@ class NomadCluster(NomadReader):
                 self._nodes.request(method="get", params={"resources": True}).content, _read_keys
             ),
         )
-        if not isinstance(stubs, list):
-            raise self._error(f"GET {call.path} answered no list", "check the Nomad version")
         try:
-            return tuple(_cluster_node(s, self._resources(s)) for s in stubs)
-        except (ValueError, AttributeError, TypeError) as err:
-            raise self._error(
-                f"GET {call.path} answered a node gpuledger cannot read ({err})",
-                "report this with the Nomad version",
-            ) from None
+            return decode_nodes(stubs, self._resources, call.path)
+        except SourceError as err:
+            raise self._error(err.message, err.hint or "") from None
 
-    def _resources(self, stub: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def _resources(self, stub: Mapping[str, Any]) -> object:
         """The stub's resources; a Nomad before 1.0 lists none: the node is asked itself."""
         if "NodeResources" in stub:
-            return stub["NodeResources"]  # type: ignore[no-any-return]
+            return stub["NodeResources"]
         node_id = str(stub.get("ID"))
         call = Call(f"/v1/node/{node_id}", "node:read", NODE_READ_HINT)
         doc = self._call(call, lambda: self._node.get_node(quote(node_id, safe="")))
@@ -149,15 +185,7 @@ class NomadCluster(NomadReader):
                 ).content
             ),
         )
-        if not isinstance(docs, list):
-            raise self._error(f"GET {path} answered no list", "check that Nomad is 1.3 or later")
         try:
-            return tuple(
-                Target(_base(scheme, d.get("Address"), d.get("Port")), node_id=_node_id(d))
-                for d in docs
-            )
-        except (ValueError, AttributeError) as err:
-            raise self._error(
-                f"GET {path} answered a registration gpuledger cannot read ({err})",
-                "report this with the Nomad version",
-            ) from None
+            return decode_registrations(docs, scheme, path)
+        except SourceError as err:
+            raise self._error(err.message, err.hint or "") from None

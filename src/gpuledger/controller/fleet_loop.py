@@ -28,6 +28,7 @@ import structlog
 from gpuledger.collectors.client_tls import TlsSettings
 from gpuledger.collectors.ledgers import LedgerAnswer, LedgerReader
 from gpuledger.controller.clock import Clock, SystemClock
+from gpuledger.core.fleet_bounds import merge_targets
 from gpuledger.core.fleet_join import (
     Discovery,
     FindingKey,
@@ -179,7 +180,7 @@ class FleetController:
             err = _source_error(source.name, exc)
             self._source_failed(source.name, err)
             return Discovery(source.name, source.label, SourceStatus.failed(err.message, err.hint))
-        self._targets = tuple(t for t in (_text_target(t) for t in found) if t is not None)
+        self._targets = merge_targets(t for t in map(_text_target, found) if t is not None)
         self._source_up(source.name)
         return Discovery(source.name, source.label)
 
@@ -196,11 +197,11 @@ class FleetController:
         return ClusterDesired(nodes, SourceStatus.up())
 
     def _ours(self, target: Target) -> bool:
-        """Whether this shard reads the target: every one whose ledger has not yet said which
-        node it is (a row is sharded by the id its ledger reports, so a registration's node
-        id, which a ledger may contradict, cannot decide)."""
+        """Whether this shard reads the target: by the node discovery registers it on, else
+        every one whose ledger has not yet said which node it is (a row is sharded by its
+        node: the registration's, else the id its ledger reports)."""
         shard = self.config.shard
-        node_id = self._node_ids.get(target.url)
+        node_id = target.node_id or self._node_ids.get(target.url)
         return shard is None or node_id is None or shard.keeps(node_id)
 
     def _etag(self, url: str, at: datetime) -> str | None:
@@ -247,6 +248,8 @@ class FleetController:
             ControllerRead(target.url, NodeStatus.UNREACHABLE, answered=answer.status is not None),
             node_id=target.node_id or self._node_ids.get(target.url),
             name=target.name,
+            registered=target.node_id,
+            registered_name=target.name,
         )
         if answer.status is None or answer.error:
             return replace(hint, error=answer.error)

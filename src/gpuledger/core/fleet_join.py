@@ -5,9 +5,13 @@ Two functions and nothing that reads a source or the clock:
 - ``judge_ledger`` judges one node's ledger again with the fleet's one policy, its durations
   taken from the ledger's ``stateSince``, and keeps only what the fleet needs of it (counts,
   findings) with the moment its judgement could next change without its ledger changing;
-- ``reconcile_fleet`` matches each controller to a Nomad node by the ``nomadNodeId`` its own
-  ledger reports (never by address or name), finds the GPU nodes with no reachable controller
-  (``controller-missing``), lists down nodes without flagging them, and counts it all.
+- ``reconcile_fleet`` matches each controller to a Nomad node by the node discovery registers
+  it on (a Nomad service registration's ``NodeID``, Consul's meta), else by the ``nomadNodeId``
+  its own ledger reports (never by address); a ledger that contradicts its registration, or
+  lists more GPUs than Nomad fingerprinted, is not trusted; of several controllers claiming one
+  node the one discovery vouches for is kept, and a node's GPUs count once; it finds the GPU
+  nodes with no reachable controller (``controller-missing``), lists down nodes without
+  flagging them, and counts it all.
 
 ``Shard`` splits a fleet between instances by a stable hash of each node's Nomad node id.
 """
@@ -19,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from gpuledger.core.fleet_bounds import bound_findings, bound_ledger
 from gpuledger.core.history import held_below
 from gpuledger.model import Code, Finding, GpuState, Ledger, Level, Since, SourceName, SourceStatus
 from gpuledger.model.fleet_values import (
@@ -135,8 +140,10 @@ def judge_ledger(
 
     Durations come from the ledger's ``stateSince``; the held-idle time from ``held_before``
     (what the fleet saw at its previous sweeps). A finding keeps the ``since`` the node gave
-    the same finding (same code, GPU and subject but the PID).
+    the same finding (same code, GPU and subject but the PID). A ledger over the fleet's bounds
+    (``core/fleet_bounds.py``) is judged cut to them, and one finding says what was cut.
     """
+    ledger, cut = bound_ledger(ledger)
     held = {}
     for unit in ledger.units():
         if held_below(unit, policy, ledger.node.name):
@@ -150,13 +157,36 @@ def judge_ledger(
         held_idle=held,
     )
     opened = {(f.code, f.gpu, _bare(f.subject)): f.since for f in ledger.findings if f.since}
-    findings = tuple(
-        replace(f, since=opened.get((f.code, f.gpu, _bare(f.subject))))
-        for f in evaluate(ledger, policy, since, now)
+    findings, left_out = bound_findings(
+        [
+            replace(f, since=opened.get((f.code, f.gpu, _bare(f.subject))))
+            for f in evaluate(ledger, policy, since, now)
+        ]
     )
+    if cut or left_out:
+        findings = (*findings, *_over_bounds(policy, ledger, cut, left_out))
     gpus, jobs = _counts(ledger)
     summary = NodeSummary(node=ledger.node, at=ledger.at, gpus=gpus, jobs=jobs, findings=findings)
     return Judgement(summary, _recheck(ledger, policy, since, now), held)
+
+
+def _over_bounds(
+    policy: Policy, ledger: Ledger, cut: Sequence[str], left_out: int
+) -> Iterator[Finding]:
+    """The one finding that says what of a node's ledger the fleet did not judge or keep."""
+    node = ledger.node.name
+    what = [*cut, f"{left_out} findings more"] if left_out else list(cut)
+    found = _finding(
+        policy,
+        Code.SOURCE_UNAVAILABLE,
+        node,
+        "ledger-bounds",
+        f"the ledger of node {node} is over the fleet's bounds ({'; '.join(what)}): only "
+        "the first are judged and shown",
+        {"source": SourceName.CONTROLLER.value, "nomadNodeId": ledger.node.nomad_node_id},
+    )
+    if found:
+        yield found
 
 
 # --------------------------------------------------------------------------- the fleet
@@ -207,8 +237,12 @@ class _Row:
     read: ControllerRead | None = None
     error: str | None = None
     flags: list[Finding] = field(default_factory=list)
+    counted: bool = True
+    """Its GPUs count in the totals (not a second controller's for a node that has a row)."""
 
     def gpus(self) -> Mapping[GpuState, int]:
+        if not self.counted:
+            return {}
         if self.status is NodeStatus.OK and self.read and self.read.summary:
             return self.read.summary.gpus
         if self.status is NodeStatus.DOWN:
@@ -219,7 +253,8 @@ class _Row:
 
     def findings(self) -> tuple[Finding, ...]:
         own = self.read.summary.findings if self.read and self.read.summary else ()
-        return (*self.flags, *own) if self.status is NodeStatus.OK else tuple(self.flags)
+        trusted = self.status is NodeStatus.OK and self.counted
+        return (*self.flags, *own) if trusted else tuple(self.flags)
 
     def node(self) -> FleetNode:
         findings = self.findings()
@@ -250,17 +285,74 @@ class _Reconcile:
 
     def rows(self, reads: Sequence[ControllerRead]) -> Iterator[_Row]:
         by_id: dict[str, list[ControllerRead]] = {}
-        for read in sorted(reads, key=lambda r: r.url):
-            by_id.setdefault(read.node_id or "", []).append(read)
+        urls: set[str] = set()
+        for given in sorted(reads, key=lambda r: r.url):
+            if given.url not in urls:  # each URL once, however often it was listed
+                urls.add(given.url)
+                read = self.attributed(given)
+                by_id.setdefault(read.node_id or "", []).append(read)
         for cluster in self.known.values():
             if cluster.gpus:  # a node without GPUs is not desired; its controller is welcome
-                mine = by_id.pop(cluster.id, [])
-                yield self.desired_row(cluster, mine[:1])
-                yield from (self.duplicate(r, mine[0]) for r in mine[1:])
+                yield from self.claimed(cluster, by_id.pop(cluster.id, []))
         for node_id, group in by_id.items():
-            yield self.controller_row(group[0])
-            for read in group[1:]:
-                yield self.duplicate(read, group[0]) if node_id else self.controller_row(read)
+            if not node_id:
+                yield from (self.controller_row(r) for r in group)
+                continue
+            first, *others = sorted(group, key=lambda r: not self.vouched(r, node_id))
+            yield self.controller_row(first)
+            yield from (self.duplicate(r, first) for r in others)
+
+    def attributed(self, read: ControllerRead) -> ControllerRead:
+        """``read`` as the node discovery registers it on: a ledger that names another node
+        is not trusted, and never stands for the node it names."""
+        registered = read.registered
+        if registered is None:
+            return read
+        if read.node_id in (None, registered):
+            return replace(read, node_id=registered)
+        return replace(
+            read,
+            status=NodeStatus.UNREACHABLE,
+            summary=None,
+            answered=True,
+            gpus=0,
+            node_id=registered,
+            error=f"answered as Nomad node {read.node_id!r}, but {self.discovery.label} "
+            f"registers it on Nomad node {registered!r}: its ledger is not trusted",
+        )
+
+    def vouched(self, read: ControllerRead, node_id: str) -> bool:
+        """Whether discovery says ``read`` runs on the node ``node_id``: its registration's
+        node id, else the node name discovery gives (Consul's) being Nomad's name for it."""
+        if read.registered is not None:
+            return read.registered == node_id
+        cluster = self.known.get(node_id)
+        return cluster is not None and read.registered_name == cluster.name
+
+    def claimed(self, cluster: ClusterNode, reads: list[ControllerRead]) -> Iterator[_Row]:
+        """A Nomad GPU node's row, and the other controllers that claim it: the one discovery
+        vouches for is kept; of several that nothing vouches for, none is trusted."""
+        reads.sort(key=lambda r: not self.vouched(r, cluster.id))
+        if len(reads) > 1 and not self.vouched(reads[0], cluster.id):
+            yield self.contested(cluster, reads)
+            yield from (self.duplicate(r, None) for r in reads)
+            return
+        yield self.desired_row(cluster, reads[:1])
+        yield from (self.duplicate(r, reads[0]) for r in reads[1:])
+
+    def contested(self, cluster: ClusterNode, reads: list[ControllerRead]) -> _Row:
+        """A Nomad node that several controllers claim and discovery registers none of."""
+        urls = ", ".join(r.url for r in reads)
+        row = self.desired_row(cluster, [])
+        if row.status is NodeStatus.DOWN:
+            return row
+        row.status = NodeStatus.UNREACHABLE
+        row.error = (
+            f"{len(reads)} controllers report its node id ({urls}) and "
+            f"{self.discovery.label} registers none of them on it: none is trusted"
+        )
+        row.flags = list(self.missing(cluster, None, row.error))
+        return row
 
     def desired_row(self, cluster: ClusterNode, reads: list[ControllerRead]) -> _Row:
         """A Nomad node: matched to its controller, else missing (down: listed, not flagged)."""
@@ -275,9 +367,18 @@ class _Reconcile:
             read=read,
         )
         if read is not None and read.status is NodeStatus.OK:
-            row.status = NodeStatus.OK
-            row.name = read.summary.node.name if read.summary else cluster.name
-            return row
+            listed = _devices(read)
+            if listed <= cluster.gpus:
+                row.status = NodeStatus.OK  # Nomad's name for it stands, not the ledger's
+                return row
+            read = replace(
+                read,
+                status=NodeStatus.UNREACHABLE,
+                summary=None,
+                error=f"answered a ledger of {listed} GPUs where Nomad fingerprinted "
+                f"{cluster.gpus} on this node: its ledger is not trusted",
+            )
+            row.read = read
         if cluster.status == DOWN:
             row.status = NodeStatus.DOWN
             return row
@@ -294,8 +395,12 @@ class _Reconcile:
             row.flags.extend(self.missing(cluster, read))
         return row
 
-    def missing(self, cluster: ClusterNode, read: ControllerRead | None) -> Iterator[Finding]:
-        if read is None:
+    def missing(
+        self, cluster: ClusterNode, read: ControllerRead | None, why: str = ""
+    ) -> Iterator[Finding]:
+        if why:
+            pass  # the caller's reason (several controllers claim the node)
+        elif read is None:
             why = f"no controller that {self.discovery.label} lists reports this node id"
         elif read.answered:
             why = f"discovered at {read.url}, answering with an error: {read.error}"
@@ -328,14 +433,15 @@ class _Reconcile:
     def controller_row(self, read: ControllerRead) -> _Row:
         """A controller no Nomad GPU node claims: shown, and flagged when it cannot be trusted."""
         summary = read.summary
-        name = summary.node.name if summary else read.name or read.url
+        cluster = self.known.get(read.node_id or "")
+        name = cluster.name if cluster else summary.node.name if summary else read.name
         row = _Row(
             key=read.node_id or read.url,
-            name=name,
+            name=name or read.url,
             node_id=read.node_id,
             url=read.url,
             status=read.status,
-            cluster=self.known.get(read.node_id or ""),
+            cluster=cluster,
             read=read,
             error=read.error,
         )
@@ -351,12 +457,19 @@ class _Reconcile:
             row.flags.extend(self.unavailable(row, read, why))
         return row
 
-    def duplicate(self, read: ControllerRead, first: ControllerRead) -> _Row:
-        """A second controller for one node: shown, and flagged when it answers."""
+    def duplicate(self, read: ControllerRead, first: ControllerRead | None) -> _Row:
+        """Another controller for a node that has its row: shown, flagged when it answers, its
+        GPUs not counted (the node's row counts them)."""
         row = self.controller_row(read)
+        row.counted = False
         if read.status is NodeStatus.OK:
-            row.error = f"reports the same Nomad node id as {first.url}"
-            row.flags.extend(self.unavailable(row, read, row.error))
+            row.error = (
+                f"reports the same Nomad node id as {first.url}"
+                if first is not None
+                else "reports a Nomad node id other controllers report too"
+            )
+            row.flags = list(self.unavailable(row, read, row.error))
+            row.status = NodeStatus.UNREACHABLE  # answered, and cannot be trusted
         return row
 
     def source_findings(self) -> Iterator[Finding]:
@@ -380,10 +493,17 @@ class _Reconcile:
                     yield found
 
 
+def _devices(read: ControllerRead) -> int:
+    """How many devices the read's ledger lists as Nomad counts them (a MIG card's instances,
+    not the card)."""
+    gpus = read.summary.gpus if read.summary else {}
+    return sum(n for state, n in gpus.items() if state is not GpuState.MIG)
+
+
 def _jobs(rows: Iterable[_Row]) -> tuple[FleetJob, ...]:
     jobs: dict[JobRef, dict[GpuState, int]] = {}
     for row in rows:
-        if row.status is NodeStatus.OK and row.read and row.read.summary:
+        if row.status is NodeStatus.OK and row.counted and row.read and row.read.summary:
             for ref, by_state in row.read.summary.jobs.items():
                 total = jobs.setdefault(ref, {})
                 for state, n in by_state.items():

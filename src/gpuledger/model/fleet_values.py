@@ -9,11 +9,14 @@ contract writes them (``contract.fleet_doc``).
 from __future__ import annotations
 
 import enum
+import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuledger.model.readings import SourceName, SourceStatus
+from gpuledger.model.text import excerpt, is_text
 from gpuledger.model.values import Finding, GpuState, Level, NodeInfo
 
 
@@ -62,6 +65,37 @@ class Target:
     name: str | None = None
 
 
+_DNS_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,252})")
+
+
+def base_url(scheme: str, address: object, port: object) -> str:
+    """The base URL of a controller discovery gives as an address and a port: an IP address
+    or a DNS name (nothing that would make a URL say more: no ``/``, ``@``, ``#``, space),
+    and a port from 1 to 65535; ``ValueError`` says what is wrong."""
+    if not isinstance(address, str) or not address or type(port) is not int:
+        shown = excerpt(address) if is_text(address) else type(address).__name__
+        raise ValueError(f"an instance without an address and port ({shown}, {port!r:.20})")
+    if not 0 < port < 65536:
+        raise ValueError(f"an instance with port {port}, not 1 to 65535")
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        if not is_text(address) or not _DNS_NAME.fullmatch(address):
+            raise ValueError(
+                f"an instance address that is no IP address or DNS name: {excerpt(address)}"
+                if is_text(address)
+                else "an instance address that is not text"
+            ) from None
+        return f"{scheme}://{address}:{port}"
+    return f"{scheme}://[{ip}]:{port}" if ip.version == 6 else f"{scheme}://{ip}:{port}"
+
+
+def text_or_none(value: object) -> str | None:
+    """``value`` when it is a non-empty string of characters (an id or a name discovery
+    gives), else ``None``: what cannot be shown or compared is not vouched for."""
+    return value if is_text(value) and value else None  # type: ignore[return-value]
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSummary:
     """What the fleet keeps of one node's ledger once judged by the fleet's policy: the counts
@@ -95,6 +129,12 @@ class ControllerRead:
     """The contract schema it answered, when it answered a document."""
     gpus: int = 0
     """How many GPUs its last readable ledger had (for a stale controller's unknown GPUs)."""
+    registered: str | None = None
+    """The Nomad node id discovery registers it on (a Nomad service registration's
+    ``NodeID``, Consul's ``nomad_node_id`` meta): it outranks the id its ledger reports."""
+    registered_name: str | None = None
+    """The node discovery names (Consul's node): vouches for a ledger's claim of the Nomad
+    node of that name, never against it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,7 @@ def ledger_doc(node: SimNode, at: float) -> dict[str, Any]:
     sources = {name: {"ok": True, "error": None, "enabled": True}
                for name in ("gpu", "procfs", "docker", "podman", "nomad")}  # fmt: skip
     node_id = sim_uuid(node.node_id, "unknown") if node.fault == "unknown-id" else node.node_id
+    node_id = node.claims or node_id
     doc: dict[str, Any] = {
         "schema": 1,
         "node": {"name": node.name, "nomadNodeId": node_id, "version": SIM_VERSION},

@@ -73,7 +73,6 @@ JOBS = (
 )
 
 
-
 @dataclass
 class SimGpu:
     """One GPU of a simulated node, and what runs on it."""
@@ -107,6 +106,9 @@ class SimNode:
     consul_passing: bool = True
     """Whether Consul's check of it passes (a dead controller's may not have failed yet)."""
     phase: float = 0.0
+    claims: str | None = None
+    """The Nomad node id its ledger claims instead of its own (a forged ledger); ``None``: its
+    own."""
 
 
 # --------------------------------------------------------------------------- making a fleet

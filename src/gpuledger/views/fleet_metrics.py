@@ -47,13 +47,19 @@ def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
 
 
 def _node_labels(fleet: Fleet) -> list[str]:
-    """Each row's ``node`` label: its name, with its URL when two rows share a name; text
-    any exposition can encode (the fleet reads only text: this is the last guard)."""
+    """Each row's ``node`` label, unique by construction: its name; where rows share one, the
+    name with the row's URL (or node id); and where that still collides (a name chosen to
+    look like another row's), every label ends `` #<row>``, which no two rows share. Text any
+    exposition can encode (the fleet reads only text: this is the last guard)."""
     names = Counter(n.name for n in fleet.nodes)
-    return [
+    labels = [
         text_of(n.name if names[n.name] == 1 else f"{n.name} ({n.url or n.nomad_node_id})")
         for n in fleet.nodes
     ]
+    if len(set(labels)) == len(labels):
+        return labels
+    # The last " #" of a label is followed by its row's index alone: labels of two rows differ.
+    return [f"{label} #{i}" for i, label in enumerate(labels)]
 
 
 def _count_families(fleet: Fleet) -> Iterator[Metric]:
