@@ -62,6 +62,10 @@ HOSTILE: dict[str, tuple[Answer, str]] = {
     "interval": (_answer(_doc(3), **{"X-Gpuledger-Interval": "1e300"}), "interval header"),
     "idle-forever": (_answer(_idle_forever()), "gpus[0].stateSince: expected a time from 1970"),
     "surrogate": (_answer(_surrogate_name()), "node.name: expected text"),
+    "escapes": (
+        Answer(b"\x1b]0;pwned\x07\x1b[2Jforbidden\xe2\x80\xae token\nsecond line", status=403),
+        "answered HTTP 403: \ufffd]0;pwned\ufffd\ufffd[2Jforbidden\ufffd token",
+    ),
 }
 
 
@@ -108,6 +112,7 @@ def test_one_hostile_answer_costs_its_node_only(
     row = rows[controllers.url(hostile)]
     assert row["status"] == "unreachable"
     assert HOSTILE[hostile][1] in row["error"]
+    assert row["error"].isprintable()
 
 
 def test_every_hostile_answer_at_once_leaves_the_table_and_the_findings_readable(

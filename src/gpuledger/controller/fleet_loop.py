@@ -412,9 +412,11 @@ class FleetController:
 
 
 def _http_error(answer: LedgerAnswer) -> str:
+    """What a node's error answer said: its first line, short, with every character a terminal
+    would act on (escapes, bidi controls) replaced, as it reaches findings, logs and JSON."""
     first = answer.body[:200].decode("utf-8", "replace").strip().splitlines()
-    said = f": {first[0][:120]}" if first else ""
-    return f"answered HTTP {answer.status}{said}"
+    shown = "".join(c if c.isprintable() else "\ufffd" for c in first[0][:120]) if first else ""
+    return f"answered HTTP {answer.status}: {shown}" if shown else f"answered HTTP {answer.status}"
 
 
 def _interval(header: str | None) -> float | None:
