@@ -11,11 +11,10 @@ import contextlib
 import errno
 import io
 import json
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import SimpleNamespace
 
 import aiohttp
@@ -24,6 +23,7 @@ import pytest
 from gpuledger.cli import main
 from gpuledger.collectors.client_tls import TlsSettings
 from gpuledger.collectors.ledgers import ERROR_BODY, LedgerAnswer, LedgerReader
+from tests.fakes.loopback import serving
 
 RESET = aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer")
 
@@ -92,16 +92,9 @@ def serve(answer: Callable[[str], tuple[int, dict[str, str], bytes]]) -> Iterato
         def log_message(self, *args: object) -> None:
             """Quiet."""
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    served.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as base:
+        served.url = base
         yield served
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager

@@ -1,5 +1,4 @@
-"""deploy/prometheus/: the alerts tfrom tests.paths import REPO
-he README's table lists, each tested both ways, and the
+"""deploy/prometheus/: the alerts the README's table lists, each tested both ways, and the
 Alertmanager example routing every severity they use. (promtool and amtool run them in
 integration/test_rules.py; .ci/run runs the mutation test.)"""
 

@@ -1,5 +1,4 @@
-"""deploy/grafana/gpuledger.json: gfrom tests.paths import REPO
-enerated from code, in provisioning form, showing what the
+"""deploy/grafana/gpuledger.json: generated from code, in provisioning form, showing what the
 README's "Alerts and dashboard" section promises. (integration/test_alerting.py runs its
 queries against a real Prometheus.)"""
 

@@ -1,5 +1,4 @@
-"""A fake Prometheus on loopback thfrom tests.paths import FIXTURES
-at replays real answers (``tests/fixtures/prometheus``).
+"""A fake Prometheus on loopback that replays real answers (``tests/fixtures/prometheus``).
 
 It answers ``GET <prefix>/api/v1/query`` by the query's text: each answer is an HTTP status and
 a body, chosen by a function of the query. Every request is kept, headers included, so a test
@@ -9,17 +8,17 @@ is in ``integration/test_report_prometheus.py``.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from tests.paths import FIXTURES as PATHS_FIXTURES
+from tests.fakes.loopback import serving
+from tests.paths import FIXTURES as ALL_FIXTURES
 
-FIXTURES = PATHS_FIXTURES / "prometheus"
+FIXTURES = ALL_FIXTURES / "prometheus"
 Answer = tuple[int, str]
 
 
@@ -88,13 +87,6 @@ def fake_prometheus(
         def log_message(self, *args: object) -> None:
             """Quiet."""
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}{prefix}"
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as base:
+        state.url = f"{base}{prefix}"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -5,11 +5,12 @@ simulated fleet's honest ones). Nothing of the reader is shared: a body is the b
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.fakes.loopback import serving
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,6 @@ def node_controllers(answers: Mapping[str, Answer]) -> Iterator[Controllers]:
         def log_message(self, *args: object) -> None:
             """Quiet."""
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.base = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as base:
+        state.base = base
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
