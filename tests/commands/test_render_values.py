@@ -355,7 +355,8 @@ def test_telling_where_many_problems_came_from_costs_linear_work(
         nonlocal calls
         calls = 0
         message = problem([], [f"node.extraArgs[{n}]=x"])
-        assert message.count("null is not a string") == n
+        assert message.count("null is not a string") == values_file.TOLD_AT_MOST
+        assert f"… and {n - values_file.TOLD_AT_MOST:,} more problems" in message
         return calls
 
     small, large = work(500), work(1000)
@@ -370,3 +371,10 @@ def test_a_whole_number_written_as_a_float_is_a_number_in_the_job(tmp_path: Path
     assert "static = 9877\n" in out
     assert "--shard" in out
     assert "/2.0" not in out
+
+
+def test_a_refusal_lists_a_screen_of_problems_and_counts_the_rest() -> None:
+    # node.extraArgs[4000]=x printed 4,000 lines, one per null Helm's merge leaves.
+    message = problem([], ["node.extraArgs[4000]=x"])
+    assert len(message.splitlines()) == values_file.TOLD_AT_MOST + 1
+    assert message.endswith("… and 3,980 more problems (fix these first)")

@@ -10,6 +10,10 @@ def excerpt(value: Any, limit: int = 60, *, quoted: bool = True) -> str:
     (unless not ``quoted``), cut at the first line and at ``limit`` characters (a whole file
     must not be echoed)."""
     text = value if isinstance(value, str) else str(value)
+    if isinstance(value, str) and quoted:
+        # repr writes a line break as \n: the quotation is one line, and shows a final newline.
+        cut = repr(text[:limit])
+        return cut + (f"… ({len(text)} characters)" if len(text) > limit else "")
     first, *more = text.splitlines() or [""]
     cut = first[:limit]
     shown = repr(cut) if isinstance(value, str) and quoted else cut

@@ -30,6 +30,10 @@ from gpuledger.policy.load import parse_duration
 
 BUILT_IN = "the built-in values"
 
+TOLD_AT_MOST = 20
+"""The most problems of the merged values one refusal lists: ``node.extraArgs[4000]=x`` leaves
+4,000 nulls, and a screen of them says no more than twenty."""
+
 
 def values_text() -> str:
     """The built-in ``values.yaml``, comments and all."""
@@ -163,7 +167,10 @@ def merged_values(
     if not problems:
         problems = list(_beyond_schema(values))
     if problems:
-        raise ConfigError("\n".join(f"{origins.of(key)}: {key}: {what}" for key, what in problems))
+        told = [f"{origins.of(key)}: {key}: {what}" for key, what in problems[:TOLD_AT_MOST]]
+        if len(problems) > TOLD_AT_MOST:
+            told.append(f"… and {len(problems) - TOLD_AT_MOST:,} more problems (fix these first)")
+        raise ConfigError("\n".join(told))
     checked: dict[str, Any] = _whole_numbers(values)
     return checked
 
