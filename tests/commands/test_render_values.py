@@ -378,3 +378,29 @@ def test_a_refusal_lists_a_screen_of_problems_and_counts_the_rest() -> None:
     message = problem([], ["node.extraArgs[4000]=x"])
     assert len(message.splitlines()) == values_file.TOLD_AT_MOST + 1
     assert message.endswith("… and 3,980 more problems (fix these first)")
+
+
+@pytest.mark.parametrize(
+    ("files", "sets", "strings", "expected"),
+    [
+        ([], ["node.interval=5"], [],
+         "--set node.interval=5: node.interval: 5 has no unit; write 5s"),
+        ([], [], ["fleet.killTimeout=2.5"],
+         "--set-string fleet.killTimeout=2.5: fleet.killTimeout: 2.5 has no unit; write 2.5s"),
+        (["node:\n  interval: 5\n"], [], [], ":2:3: node.interval: 5 has no unit; write 5s"),
+    ],
+)  # fmt: skip
+def test_a_duration_without_its_unit_is_refused_naming_the_fix(
+    tmp_path: Path, files: list[str], sets: list[str], strings: list[str], expected: str
+) -> None:
+    paths = [write(tmp_path, f"v{i}.yaml", text) for i, text in enumerate(files)]
+    told = problem(paths, sets, strings)
+    assert told.endswith(expected)
+    if paths:
+        assert told.startswith(f"{paths[0]}:2:3")
+
+
+@pytest.mark.parametrize("fix", ["5s", "2.5s", "500ms", "1m30s", "1h"])
+def test_a_duration_with_its_unit_is_taken_as_the_flags_take_it(fix: str) -> None:
+    values = merged_values([], [f"fleet.interval={fix},fleet.killTimeout=2h"])
+    assert values["fleet"]["interval"] == fix

@@ -242,6 +242,25 @@ def test_bars_are_scaled_to_the_longest_and_capped() -> None:
     assert [b.y for b in drawn] == [0, 24, 48]
 
 
+def test_a_short_window_shows_minutes_and_seconds_not_zero_hours() -> None:
+    # Six minutes reserved, two of them idle: a third, as the bar draws it.
+    short = Window(until=UNTIL, seconds=600)
+    samples = [job("ml", "eval", "held", 240, node="a"), job("ml", "eval", "idle", 120, node="a")]
+    states = [state("held", 240, node="a"), state("reserved-idle", 120, node="a")]
+    report = build_report(short, By.JOB, samples, states)
+    (bar,) = bars(report.rows)
+    assert bar.text == "2.0 min idle of 6.0 min"
+    assert bar.title == "ml/eval: 4.0 min held, 2.0 min idle (33.3% of 6.0 min reserved)"
+    # Thirty seconds reserved: seconds; an hour and more: hours.
+    (tiny,) = bars(build_report(short, By.JOB, [job("ml", "eval", "idle", 30)], []).rows)
+    assert tiny.text == "30 s idle of 30 s"
+    (long,) = bars(build_report(WEEK, By.JOB, [job("ml", "eval", "idle", 1.5 * H)], []).rows)
+    assert long.text == "1.5 h idle of 1.5 h"
+    # The table keeps its hour columns, with the digits a short window needs.
+    row = next(line for line in render_table(report).splitlines() if "eval" in line)
+    assert row.split()[2:] == ["0.10", "0.067", "0.033", "33.3%"]
+
+
 # ----------------------------------------------------------------------------- the client
 
 
@@ -341,8 +360,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     ("argv", "message"),
     [
         (["--since", "a week"], "--since: 'a week' is neither a duration (7d, 12h) nor a time"),
-        (["--since", "0s"], "--since: '0s' is neither a duration"),
-        (["--until", "yesterday"], "--until: 'yesterday' is not a time: use RFC 3339"),
+        (["--since", "0s"], "--since: '0s' must be longer than 0s"),
+        (["--until", "yesterday"], "--until: 'yesterday' is not a time: use ISO 8601"),
         (["--since", "2026-11-20T00:00:00Z", "--until", "2026-11-16T00:00:00Z"],
          "--until 2026-11-16T00:00:00Z is not after --since 2026-11-20T00:00:00Z"),
         (["--until", "2999-01-01T00:00:00Z"], "--until 2999-01-01T00:00:00Z is in the future"),
@@ -396,16 +415,16 @@ def test_a_window_given_by_two_times_is_asked_for_with_its_length(
 ) -> None:
     with fake_prometheus() as prom:
         code, _, _ = run(
-            ["--prometheus", prom.url + "/", "--since", "2026-11-15", "--until", "1794787200"],
+            ["--prometheus", prom.url + "/", "--since", "2026-11-15", "--until", "@1794787200"],
             capsys,
         )
-        bare, _, _ = run(
-            ["--prometheus", prom.url, "--since", "1794780000", "--until", "1794787200"], capsys
+        unix, _, _ = run(
+            ["--prometheus", prom.url, "--since", "@1794780000", "--until", "@1794787200"], capsys
         )
-    assert code == bare == 0
+    assert code == unix == 0
     assert [s.params["time"] for s in prom.seen] == ["1794787200.000"] * 4
     assert "[86400s]" in prom.seen[0].params["query"]
-    assert "[7200s]" in prom.seen[2].params["query"]  # a bare number is a time, not seconds
+    assert "[7200s]" in prom.seen[2].params["query"]  # @ and a number is a time, not seconds
 
 
 def test_a_prometheus_without_gpuledger_s_counters_is_an_error(
@@ -419,7 +438,7 @@ def test_a_prometheus_without_gpuledger_s_counters_is_an_error(
     assert err.count("\n") == 1
 
 
-def test_the_html_page_goes_to_its_file_and_nothing_to_stdout(
+def test_the_html_page_goes_to_its_file_and_stdout_says_where(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     page = tmp_path / "report.html"
@@ -428,8 +447,9 @@ def test_the_html_page_goes_to_its_file_and_nothing_to_stdout(
     with fake_prometheus() as prom:
         code, out, err = run(["--prometheus", prom.url, *window, "--html", str(page)], capsys)
         dash_code, dash_out, _ = run(["--prometheus", prom.url, *window, "--html", "-"], capsys)
-    assert (code, out, err) == (0, "", "")
+    assert (code, out, err) == (0, f"wrote {page}\n", "")
     assert page.read_text() == dash_out and dash_code == 0
+    assert not dash_out.endswith("wrote -\n")  # the page alone on stdout
     assert "research/notebook" in dash_out
 
 

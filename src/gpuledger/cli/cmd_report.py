@@ -29,13 +29,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=types.since,
         default=timedelta(days=7),
         metavar="DURATION|TIME",
-        help="the window's start: how long before --until (7d, 12h), or a time (default 7d)",
+        help="the window's start: how long before --until, with its unit (7d, 12h), or a "
+        "time as --until takes it (default 7d)",
     )
     parser.add_argument(
         "--until",
         type=types.instant,
         metavar="TIME",
-        help="the window's end: RFC 3339 or Unix seconds (default now)",
+        help="the window's end: ISO 8601 (2026-11-30T12:00:00Z; UTC without an offset) or @ "
+        "and Unix seconds (@1794787200) (default now)",
     )
     parser.add_argument(
         "--by",
@@ -78,7 +80,7 @@ def _add_access(access: flags.Flags) -> None:
         type=types.duration,
         default=timedelta(minutes=2),
         metavar="DURATION",
-        help="how long Prometheus may take over one query (default 2m)",
+        help="how long Prometheus may take over one query, with its unit (default 2m)",
     )
 
 

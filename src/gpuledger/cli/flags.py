@@ -66,7 +66,7 @@ def add_serving(p: Flags, listen: str, interval: str, between: str) -> None:
         type=types.duration,
         default=types.duration(interval),
         metavar="DURATION",
-        help=f"time between {between} (default {interval})",
+        help=f"time between {between}, with its unit: 500ms, 15s, 2m, 1h30m (default {interval})",
     )
 
 
@@ -225,8 +225,8 @@ def _add_gpu_and_proc(g: Flags) -> None:
         type=types.duration,
         default=types.duration("10s"),
         metavar="DURATION",
-        help="how long one read of a source may take before it is cut off and reported "
-        "(default 10s; serve keeps it below --interval)",
+        help="how long one read of a source may take before it is cut off and reported, with "
+        "its unit (default 10s; serve keeps it below --interval)",
     )
     g.add_argument(
         "--commands",
@@ -378,7 +378,7 @@ def _add_reading(r: Flags) -> None:
         type=types.duration,
         default=types.duration("5s"),
         metavar="DURATION",
-        help="how long one read (a controller, Consul, Nomad) may take (default 5s)",
+        help="how long one read (a controller, Consul, Nomad) may take, with its unit (default 5s)",
     )
     r.add_argument(
         "--stale-after",
@@ -386,7 +386,7 @@ def _add_reading(r: Flags) -> None:
         default=types.duration("2m"),
         metavar="DURATION",
         help="a controller that does not say its interval is stale when its last "
-        "tick is older (default 2m; one that does: three intervals)",
+        "tick is older, with its unit (default 2m; one that does: three intervals)",
     )
     add_tls(r, "node", None, "the controllers")
     r.add_argument(

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from gpuledger.commands.options import parse_duration, parse_shard
+from gpuledger.commands.options import parse_duration, parse_instant, parse_shard, parse_since
 from gpuledger.model import Level
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def level(text: str) -> Level:
 
 
 def duration(text: str) -> timedelta:
-    """A duration longer than 0s, in the policy's syntax (``90s``, ``15m``, ``1h30m``)."""
+    """A duration longer than 0s, with its unit (``500ms``, ``90s``, ``15m``, ``1h30m``)."""
     try:
         span = parse_duration(text)
     except ValueError as exc:
@@ -34,32 +34,23 @@ def duration(text: str) -> timedelta:
 
 
 def instant(text: str) -> datetime:
-    """RFC 3339 (UTC when no offset is given) or Unix seconds."""
-    stripped = text.strip()
+    """ISO 8601 (UTC when no offset is given) or ``@`` and Unix seconds."""
     try:
-        if stripped.replace(".", "", 1).isdigit():
-            return datetime.fromtimestamp(float(stripped), timezone.utc)
-        at = datetime.fromisoformat(stripped.removesuffix("Z").removesuffix("z"))
-    except (ValueError, OverflowError, OSError):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a time: use RFC 3339 (2026-11-30T12:00:00Z) or Unix seconds"
-        ) from None
-    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+        return parse_instant(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def since(text: str) -> timedelta | datetime:
-    """A duration with its unit (7d, 12h), else a time; a bare number is Unix seconds."""
+    """A duration back from the window's end (``7d``, ``12h``; longer than 0s), or an
+    instant; a bare number is neither."""
     try:
-        if text.strip().replace(".", "", 1).isdigit():
-            return instant(text)
-        return duration(text)
-    except argparse.ArgumentTypeError:
-        try:
-            return instant(text)
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is neither a duration (7d, 12h) nor a time (RFC 3339, Unix seconds)"
-            ) from None
+        start = parse_since(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if isinstance(start, timedelta) and start <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0s")
+    return start
 
 
 def positive(text: str) -> int:

@@ -4,10 +4,11 @@ The CLI reads its flags into these and calls a command with them; the commands t
 the settings of the clients and sources they wire (``node_sources``, ``fleet``, ``report``).
 argparse never crosses into ``commands``: these are plain values.
 
-Two parsers of flag values live here too, because their rules belong to the rooms below the
-CLI, which it may not import: a duration is the policy's (``90s``, ``6h``, ``1h30m``, at most
-a hundred years), a shard the fleet's (``K/N``). Both import their room only when called, so
-that a command's parser loads neither.
+The parsers of flag values live here too, because their rules belong to the rooms below the
+CLI, which it may not import: time, the model's one reading of it (``model/time_text.py``:
+every duration with its unit, every instant ISO 8601 or ``@`` and Unix seconds), and a shard,
+the fleet's (``K/N``, which imports its room only when called, so that a command's parser does
+not load it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from gpuledger.model import time_text
 from gpuledger.model.redact import CommandMode
 
 if TYPE_CHECKING:
@@ -26,11 +28,11 @@ GpuBackend = Literal["auto", "nvml", "nvidia-smi"]
 ReportOutput = Literal["table", "json", "csv"]
 
 
-def parse_duration(text: str) -> timedelta:
-    """The policy's duration syntax; ``ValueError`` says what is wrong."""
-    from gpuledger.policy.load import parse_duration as policy_duration  # noqa: PLC0415
-
-    return policy_duration(text)
+# The one reading of time (``model/time_text.py``), for the CLI, which reaches the model only
+# through commands.
+parse_duration = time_text.parse_duration
+parse_instant = time_text.parse_instant
+parse_since = time_text.parse_since
 
 
 def parse_shard(text: str) -> Shard:

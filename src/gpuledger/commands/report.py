@@ -91,6 +91,7 @@ def _write_page(path: Path, page: str, out: TextIO) -> None:
         path.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"--html {path}: cannot write it: {exc.strerror or exc}") from None
+    out.write(f"wrote {path}\n")  # as render says of each file it writes
 
 
 def run_report(options: ReportOptions, out: TextIO, err: TextIO | None = None) -> ExitCode:

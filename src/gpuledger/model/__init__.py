@@ -19,7 +19,8 @@ and the policy combine them, the views render them. Its modules:
 - ``redact``: command lines and URLs with their secrets hidden;
 - ``cards``: the published facts of a card (its NVENC session cap);
 - ``memo``: ``TwoTicks``, the bounded cache the loop's memos are made of;
-- ``text``: short excerpts of what users gave, for messages.
+- ``text``: short excerpts of what users gave, for messages;
+- ``time_text``: durations and instants as users write them, the one reading of every flag.
 
 The value types of ``readings`` and ``values`` are re-exported here:
 ``from gpuledger.model import Ledger``.

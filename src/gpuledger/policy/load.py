@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator, Mapping
-from datetime import timedelta
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from gpuledger.located import (
 )
 from gpuledger.model import Code, Level
 from gpuledger.model.text import excerpt
+from gpuledger.model.time_text import parse_duration
 from gpuledger.policy.globs import (
     CONTAINER,
     JOB,
@@ -40,6 +40,7 @@ from gpuledger.policy.rules import Match, Override, Policy, Rule
 from gpuledger.policy.schema import policy_schema
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+"""The schema's duration pattern: what is no duration at all the schema reports, not us."""
 
 NODE_SCOPED = frozenset({Code.UNMANAGED_TENANT, Code.POLICY_INVALID, Code.CONTROLLER_MISSING})
 """Codes whose findings have no namespace or job: an override naming either never applies."""
@@ -50,35 +51,6 @@ CARD_SCOPED = frozenset(
 
 _MATCH_KINDS = {"node": NODE, "namespace": NAMESPACE, "job": JOB, "profile": PROFILE}
 _EXEMPT_KINDS = {"ignore_processes": PROCESS, "ignore_containers": CONTAINER}
-
-
-MAX_DURATION = timedelta(days=36_500)
-"""A hundred years: longer is no threshold (and dates computed from it would overflow)."""
-
-
-def parse_duration(text: str) -> timedelta:
-    """``90s``, ``15m``, ``6h``, ``2d``, ``1h30m``, or plain seconds, up to ``MAX_DURATION``;
-    ``ValueError`` otherwise."""
-    text = str(text).strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return _bounded(text, lambda: timedelta(seconds=float(text)))
-    match = _DURATION.match(text)
-    if not text or match is None:
-        raise ValueError(
-            f"{excerpt(text)} is not a duration: use a number with s, m, h or d, e.g. 6h"
-        )
-    d, h, m, s = (int(g or 0) for g in match.groups())
-    return _bounded(text, lambda: timedelta(days=d, hours=h, minutes=m, seconds=s))
-
-
-def _bounded(text: str, make: Callable[[], timedelta]) -> timedelta:
-    try:
-        span: timedelta | None = make()
-    except OverflowError:
-        span = None
-    if span is None or span > MAX_DURATION:
-        raise ValueError(f"{excerpt(text)} is longer than {MAX_DURATION.days}d")
-    return span
 
 
 def policy_problems(doc: Located) -> list[Problem]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -28,7 +29,25 @@ _CHART_WIDTH, _LABEL_WIDTH, _BAR_WIDTH, _ROW_HEIGHT = 960, 280, 520, 24
 
 
 def _h(hours: float) -> str:
-    return f"{hours:.1f}"
+    """Hours for a column headed ``H``: one decimal from an hour up, two significant digits
+    below it (at most three decimals), so that a short window's 0.033 h is not "0.0"."""
+    if hours == 0 or hours >= 1:
+        return f"{hours:.1f}"
+    if hours < 0.0005:
+        return "<0.001"
+    places = min(3, 1 - math.floor(math.log10(hours)))
+    return f"{hours:.{places}f}"
+
+
+def _amounts(reserved: float, *hours: float) -> list[str]:
+    """``hours`` in the one unit that fits ``reserved`` (the largest of them): hours from an
+    hour up, minutes below it, seconds below a minute; each with its unit."""
+    if reserved >= 1:
+        return [f"{h:.1f} h" for h in hours]
+    if reserved * 60 >= 1:
+        minutes = [h * 60 for h in hours]
+        return [f"{m:.0f} min" if reserved * 60 >= 10 else f"{m:.1f} min" for m in minutes]
+    return [f"{h * 3600:.0f} s" for h in hours]
 
 
 def _share(share: float | None) -> str:
@@ -136,15 +155,16 @@ def bars(rows: Iterable[UseHours], limit: int = BAR_LIMIT) -> list[Bar]:
     result = []
     for i, r in enumerate(shown):
         name = _name(r.key)
+        held, idle, reserved = _amounts(r.reserved, r.held, r.idle, r.reserved)
         result.append(
             Bar(
                 label=name if len(name) <= 36 else name[:35] + "…",
-                title=f"{name}: {_h(r.held)} h held, {_h(r.idle)} h idle "
-                f"({_share(r.idle_share)} of {_h(r.reserved)} h reserved)",
+                title=f"{name}: {held} held, {idle} idle "
+                f"({_share(r.idle_share)} of {reserved} reserved)",
                 y=i * _ROW_HEIGHT,
                 held_width=round(r.held * scale, 2),
                 idle_width=round(r.idle * scale, 2),
-                text=f"{_h(r.idle)} h idle of {_h(r.reserved)} h",
+                text=f"{idle} idle of {reserved}",
             )
         )
     return result

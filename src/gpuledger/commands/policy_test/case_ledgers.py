@@ -33,7 +33,7 @@ from gpuledger.model import (
     Verdict,
 )
 from gpuledger.model.text import excerpt
-from gpuledger.policy.load import parse_duration
+from gpuledger.model.time_text import parse_duration
 from gpuledger.policy.rules import Policy
 from gpuledger.sim.world import Scenario, World
 

@@ -26,7 +26,7 @@ from typing import Any
 from gpuledger.commands.render.helm_set import parse_into
 from gpuledger.errors import ConfigError, SetSyntaxError, YamlSyntaxError
 from gpuledger.located import JsonPath, Located, dotted, read_yaml, schema_problems
-from gpuledger.policy.load import parse_duration
+from gpuledger.model.time_text import is_bare_number, no_unit, parse_duration
 
 BUILT_IN = "the built-in values"
 
@@ -163,7 +163,10 @@ def merged_values(
         for line in lines:
             _apply_line(base, line, flag, origins)
     values = coalesce(_built_in(), base)
-    problems = [(p.key, p.what) for p in sorted(schema_problems(Located(value=values), _schema()))]
+    problems = [
+        (p.key, _unit_fix(values, p.key) or p.what)
+        for p in sorted(schema_problems(Located(value=values), _schema()))
+    ]
     if not problems:
         problems = list(_beyond_schema(values))
     if problems:
@@ -224,6 +227,33 @@ def _schema() -> dict[str, Any]:
     """The values schema, its patterns read as ECMA-262 reads them; read once."""
     schema: dict[str, Any] = _ecma_patterns(json.loads(schema_text()))
     return schema
+
+
+@functools.cache
+def _duration_paths() -> dict[str, JsonPath]:
+    """Every key the schema makes a duration, by its dotted name."""
+    found: dict[str, JsonPath] = {}
+
+    def walk(schema: Any, path: JsonPath) -> None:
+        if schema.get("$ref") == "#/$defs/duration":
+            found[dotted(path)] = path
+        for key, sub in schema.get("properties", {}).items():
+            walk(sub, (*path, key))
+
+    walk(_schema(), ())
+    return found
+
+
+def _unit_fix(values: Mapping[str, Any], key: str) -> str | None:
+    """For a duration given as a bare number (``node.interval=5``), the fix (``write 5s``),
+    as every flag says it; ``None`` for any other problem."""
+    path = _duration_paths().get(key)
+    if path is None:
+        return None
+    value: Any = values
+    for part in path:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return no_unit(value) if is_bare_number(value) else None
 
 
 def _whole_numbers(values: Any) -> Any:
