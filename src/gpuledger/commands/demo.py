@@ -9,6 +9,7 @@ read instead, and exits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TextIO
@@ -86,14 +87,41 @@ def run_demo(
 ) -> ExitCode:
     """Serve the drifting node of ``scenario`` (``demo``, or ``mig``: a card split with MIG)
     until Ctrl-C (or ``stop``); ``as_json``: one read."""
-    with tempfile.TemporaryDirectory(prefix="gpuledger-demo-") as tmp:
-        world = World.start(load_scenario(scenario), Path(tmp))
+    with terminated_as_interrupted():
         try:
-            if as_json:
-                return _print_once(world, out)
-            return _serve(world, Path(tmp), out, stop or threading.Event(), listen, drift_every)
-        finally:
-            world.stop()
+            with tempfile.TemporaryDirectory(prefix="gpuledger-demo-") as tmp:
+                world = World.start(load_scenario(scenario), Path(tmp))
+                try:
+                    if as_json:
+                        return _print_once(world, out)
+                    return _serve(
+                        world, Path(tmp), out, stop or threading.Event(), listen, drift_every
+                    )
+                finally:
+                    world.stop()
+        except KeyboardInterrupt:
+            return ExitCode.OK  # stopped before serve was watched: all is cleaned up as well
+
+
+@contextlib.contextmanager
+def terminated_as_interrupted() -> Iterator[None]:
+    """SIGTERM handled as Ctrl-C while the demo runs: the child stopped, the simulated world
+    and its temporary folder removed (by default SIGTERM ends the process at once, and left
+    them behind). Only the main thread may set a handler; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        # Once: a second SIGTERM must not cut the cleanup short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _read_once(world: World) -> Ledger:

@@ -10,9 +10,10 @@ a real cluster, and its URL is printed; every ``DRIFT_EVERY_S`` some nodes chang
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import TextIO
 
-from gpuledger.commands.demo import port_free, run_watched
+from gpuledger.commands.demo import port_free, run_watched, terminated_as_interrupted
 from gpuledger.errors import ExitCode
 from gpuledger.sim.consul_api import FakeConsul
 from gpuledger.sim.fleet_sim import FleetSim, mixed_nodes
@@ -38,6 +39,14 @@ def run_fleet_demo(
     drift_every: float = DRIFT_EVERY_S,
 ) -> ExitCode:
     """Serve the drifting simulated fleet until Ctrl-C (or ``stop``)."""
+    with terminated_as_interrupted():
+        try:
+            return _run(out, stop or threading.Event(), listen, drift_every)
+        except KeyboardInterrupt:
+            return ExitCode.OK
+
+
+def _run(out: TextIO, stop: threading.Event, listen: str | None, drift_every: float) -> ExitCode:
     sim = FleetSim(mixed_nodes(healthy=8), own_addresses=True)
     consul = FakeConsul(sim.consul_entries)
     nomad = FakeNomad("00000000-0000-4000-8000-00000000f1ee", "nomad-server")
@@ -51,15 +60,29 @@ def run_fleet_demo(
             "--interval", FLEET_INTERVAL, "--timeout", "2s",
             "--consul", consul.url, "--nomad-addr", nomad.url,
         ]  # fmt: skip
-        return _watch(sim, flags, out, stop or threading.Event(), drift_every)
+        sources = DemoSources(consul.url, nomad.url)
+        return _watch(sim, sources, flags, out, stop, drift_every)
     finally:
         nomad.stop()
         consul.stop()
         sim.stop()
 
 
+@dataclass(frozen=True)
+class DemoSources:
+    """Where the simulated Consul and Nomad listen."""
+
+    consul: str
+    nomad: str
+
+
 def _watch(
-    sim: FleetSim, flags: list[str], out: TextIO, stop: threading.Event, drift_every: float
+    sim: FleetSim,
+    sources: DemoSources,
+    flags: list[str],
+    out: TextIO,
+    stop: threading.Event,
+    drift_every: float,
 ) -> ExitCode:
     # The very command a user runs beside a real cluster; its log is relayed for failures.
     return run_watched(
@@ -68,17 +91,23 @@ def _watch(
         stop,
         drift_every,
         lambda: f"{sim.drift(0.3)} nodes drifted",
-        lambda url: _introduce(out, url, sim, drift_every),
+        lambda url: _introduce(out, url, sim, sources, drift_every),
     )
 
 
-def _introduce(out: TextIO, url: str, sim: FleetSim, drift_every: float) -> None:
+def _introduce(
+    out: TextIO, url: str, sim: FleetSim, sources: DemoSources, drift_every: float
+) -> None:
     out.write(
         f"A simulated Nomad GPU cluster of {len(sim.nodes)} nodes (their gpuledger controllers, "
         f"Consul and Nomad), watched by gpuledger fleet serve every {FLEET_INTERVAL}. Open:\n"
     )
     for path, what in ENDPOINTS:
         out.write(f"  {url}{path:<10} {what}\n")
+    out.write(
+        f"Its Consul is at {sources.consul}, its Nomad at {sources.nomad}; the fleet once:\n"
+        f"  gpuledger fleet ls --consul {sources.consul} --nomad-addr {sources.nomad}\n"
+    )
     out.write(
         "\nSome controllers hang, answer 500, garbage, an HTML page, half a ledger, another "
         "schema, a redirect loop, or stopped ticking; one GPU node has no controller, one is "
