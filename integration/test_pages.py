@@ -19,7 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,8 @@ INTERVAL = timedelta(seconds=5)
 """The demo node's and the fleet's: long enough for a test to read a page between reloads."""
 DAY_GAP = (timedelta(hours=16), timedelta(hours=14, minutes=30))
 """The seeded day's downtime: from 16 h ago to 14 h 30 min ago."""
+HELD_IDLE_FOR = timedelta(hours=7)
+"""How long the seeded day has GPU 6 held below 5 % (the built-in held-idle fires after 6 h)."""
 
 
 @pytest.fixture(scope="module")
@@ -151,11 +153,19 @@ def seeded_day(now: datetime, units: list[dict[str, Any]]) -> History:
         changes = [Change(now - timedelta(hours=h), cycle[i % 4]) for i, h in enumerate(hours)]
         changes += [Change(now - DAY_GAP[0], None), Change(now - DAY_GAP[1], GpuState.UNKNOWN)]
         since = now - timedelta(hours=(0.4, 3.2, 6.8, 1.5, 9.1)[n % 5], minutes=3 * n)
+        if GpuState(unit["state"]) is GpuState.HELD:
+            since = min(since, now - HELD_IDLE_FOR)  # held at least as long as it idles
         state = GpuState(unit["state"])
         changes.append(Change(since, state))
         trails[unit["uuid"]] = tuple(sorted(changes, key=lambda c: c.at))
         alloc = unit["reservation"]["allocId"] if unit.get("reservation") else None
-        marks[unit["uuid"]] = GpuMark(state=state, since=since, alloc=alloc)
+        # a held GPU below the held-idle threshold has been so for HELD_IDLE_FOR (GPU 6)
+        util = unit.get("utilizationPercent")
+        idle = state is GpuState.HELD and util is not None and util < 5
+        marks[unit["uuid"]] = GpuMark(
+            state=state, since=since, alloc=alloc,
+            held_idle_since=now - HELD_IDLE_FOR if idle else None,
+        )  # fmt: skip
     return History(at=now, interval=INTERVAL, gpus=marks, trails=trails)
 
 
@@ -329,23 +339,48 @@ def test_the_strip_draws_the_day_and_the_controller_down_as_such(
     opened.close()
 
 
+DOWN = timedelta(minutes=10)
+"""How long the restart test's controller was down: longer than three intervals."""
+
+
+def driver_read(serve: Serve) -> dict[str, Any] | None:
+    """The first ledger of ``serve`` whose tick read the GPU driver and listed GPU 0."""
+    ledger = serve.ready()
+    read = ledger["sources"]["gpu"]["ok"] and any(g["index"] == 0 for g in ledger["gpus"])
+    return ledger if read else None
+
+
+def moved_back(history: History, by: timedelta) -> History:
+    """``history`` as if its ticks had happened ``by`` earlier: the controller down that long."""
+    trails = {
+        uuid: tuple(replace(change, at=change.at - by) for change in trail)
+        for uuid, trail in history.trails.items()
+    }
+    assert history.at is not None
+    return replace(history, at=history.at - by, trails=trails)
+
+
 def test_a_restart_after_a_gap_draws_the_downtime(
     browser: Any, tmp_path: Path, world: World
 ) -> None:
-    first = Serve(world, tmp_path, interval="1s")
-    first.ready()
+    # The gap is passed in, not slept: the history the first controller wrote is moved back
+    # by DOWN, as if it had stopped that long ago. Each controller is waited on until a tick
+    # of it read the driver (a tick that could not would keep no trail of GPU 0 to draw on).
+    first = Serve(world, tmp_path, interval="5s")
+    eventually(lambda: driver_read(first), "a tick of the first controller that read GPU 0")
     assert first.stop() == 0
-    time.sleep(4.5)  # longer than three intervals: the controller was down
-    again = Serve(world, tmp_path, interval="1s")
+    history_file.save(first.history, moved_back(history_file.load(first.history), DOWN))
+    again = Serve(world, tmp_path, interval="5s")
     try:
-        again.ready()
+        eventually(lambda: driver_read(again), "a tick after the restart that read GPU 0")
         opened = open_page(browser, again.url + "/")
         titles = opened.page.eval_on_selector_all(
             "#gpu-0 rect.k-not-watched", "rs => rs.map(r => r.textContent)"
         )
         assert len(titles) == 1
         assert titles[0].startswith("not watched (gpuledger was not running)")
-        assert titles[0].endswith(("(4 s)", "(5 s)", "(6 s)"))
+        # DOWN, and the seconds between the stop and the first tick after it
+        assert titles[0].endswith("(10 min)"), titles[0]
         opened.close()
     finally:
         again.stop()

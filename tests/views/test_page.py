@@ -148,7 +148,7 @@ def snapshot(ledger: Ledger, trails: dict[str, tuple[Change, ...]] | None = None
 def test_the_node_page_shows_each_gpu_its_holders_and_findings() -> None:
     parsed = Parsed(page.render_node(snapshot(hostile_ledger())).decode())
     text = parsed.text
-    assert "For 2 h 5 min, since" in text and "2026-11-30 09:55:00 UTC" in text
+    assert "Held for 2 h 5 min, since" in text and "2026-11-30 09:55:00 UTC" in text
     for shown in ("12.5 %", "1,000 / 143,771 MiB", "61 °C", "24 °C", "3 of 8", "1,024 MiB"):
         assert shown in text, shown
     assert [a["datetime"] for a in parsed.all("time")][:2] == [
