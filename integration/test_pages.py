@@ -298,6 +298,60 @@ def test_the_node_page_says_who_reserved_and_holds_each_gpu(browser: Any, demo_n
     opened.close()
 
 
+def computed(page: Any, selector: str, prop: str) -> str:
+    """The computed value of a CSS property of the first element ``selector`` finds."""
+    return str(page.eval_on_selector(selector, f"e => getComputedStyle(e)[{prop!r}]"))
+
+
+def test_a_held_idle_gpu_and_a_hot_gpu_show_their_findings_in_no_healthy_colour(
+    browser: Any, demo_node: Serve
+) -> None:
+    ledger = demo_node.get("/ledger").json()
+    index = {g["uuid"]: g["index"] for g in ledger["gpus"]}
+    found = demo_node.get("/findings").json()["findings"]
+    idle = next(f for f in found if f["code"] == "held-idle")
+    hot = next(f for f in found if f["code"] == "hot")
+    assert (index[idle["gpu"]], index[hot["gpu"]]) == (6, 3)  # demo.yaml, the seeded day
+    states = {g["index"]: g["state"] for g in ledger["gpus"]}
+    assert (states[6], states[3]) == ("held", "free")
+    for scheme in SCHEMES:
+        opened = open_page(browser, demo_node.url + "/", 1440, scheme)
+        page = opened.page
+        # the colours the page draws its states in, read from its own legend
+        swatch = {
+            k: computed(page, f".legend .swatch.k-{k}", "backgroundColor")
+            for k in ("held", "free", "reserved-idle")
+        }
+        assert len(set(swatch.values())) == 3
+        for gpu, f, healthy in ((6, idle, "held"), (3, hot, "free")):
+            card = f"#gpu-{gpu}"
+            border = computed(page, card, "borderLeftColor")
+            assert border != swatch[healthy], (scheme, gpu)  # not green, not grey
+            assert border == swatch["reserved-idle"], (scheme, gpu)  # WARN's amber
+            badge = f"{card} > header .badge"
+            assert page.inner_text(badge) == healthy  # the state still in words
+            assert computed(page, badge, "backgroundColor") != computed(
+                page, f".counts .b-{healthy}", "backgroundColor"
+            )
+            listed = page.inner_text(f"{card} .own-findings")
+            assert f["code"] in listed and "WARN" in listed and f["message"] in listed
+            assert "open " in listed and "since" in listed
+        # a card with no finding keeps its state's colour
+        calm = [g for g in ledger["gpus"] if g["uuid"] not in {f["gpu"] for f in found}]
+        assert calm, "the demo has a GPU without findings"
+        for g in calm:
+            assert computed(page, f"#gpu-{g['index']}", "borderLeftColor") == computed(
+                page, f".legend .swatch.k-{g['state']}", "backgroundColor"
+            )
+        # the head names the worst GPU and why, and links to its card
+        worst = found[0]
+        headline = page.inner_text("header.top .headline")
+        assert f"GPU {index[worst['gpu']]}" in headline and worst["code"] in headline
+        assert worst["message"] in page.inner_text("header.top .worst")
+        assert page.is_visible(f"header.top a[href='#gpu-{index[worst['gpu']]}']")
+        opened.close()
+
+
 def test_the_files_the_page_links_are_served_the_style_sheet_cacheable(
     browser: Any, demo_node: Serve
 ) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from gpuledger.model import (
     AllocRef,
     Code,
@@ -146,9 +148,30 @@ def test_a_held_idle_gpu_and_a_hot_free_gpu_do_not_look_healthy_or_unused() -> N
     for anchor, state in (("gpu-6", "held"), ("gpu-3", "free")):
         assert card_class(html, anchor) >= {"unit", f"u-{state}", "w-warn"}
         assert state_badge(html, anchor) == ("l-warn", state)  # the word, in WARN's colours
-    assert card_class(html, "gpu-0") >= {"u-free", "w-ok"}
+    assert card_class(html, "gpu-0") == {"unit", "u-free"}  # no finding: its state's colour
     assert state_badge(html, "gpu-0") == ("b-free", "free")
     assert "own-findings" not in card(html, "gpu-0")
+
+
+@pytest.mark.parametrize(
+    ("state", "worst", "expected"),
+    [
+        (GpuState.HELD, Level.WARN, "warn"),  # green would say healthy
+        (GpuState.FREE, Level.WARN, "warn"),  # grey would say unused
+        (GpuState.MIG, Level.BAD, "bad"),
+        (GpuState.FREE, Level.ERROR, "error"),
+        (GpuState.HELD, Level.OK, ""),
+        (GpuState.UNACCOUNTED, Level.WARN, ""),  # already red: a WARN does not calm it
+        (GpuState.UNACCOUNTED, Level.ERROR, "error"),
+        (GpuState.RESERVED_IDLE, Level.WARN, ""),  # already amber
+        (GpuState.RESERVED_IDLE, Level.BAD, "bad"),
+        (GpuState.UNKNOWN, Level.BAD, ""),  # already violet, ERROR's colour
+    ],
+)
+def test_a_card_takes_its_worst_findings_colour_where_its_state_says_less(
+    state: GpuState, worst: Level, expected: str
+) -> None:
+    assert page.tone(state, worst) == expected
 
 
 def test_a_card_lists_each_of_its_findings_with_code_level_age_and_message() -> None:

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from gpuledger.model import (
     TICK_SOURCES,
@@ -87,7 +88,10 @@ class UnitCard:
     findings: tuple[FindingRow, ...] = ()
     """Its own findings, worst first (a MIG card's instances keep theirs)."""
     worst: str = Level.OK.name
-    """The level of the worst of them: the card's colour and badge when not ``OK``."""
+    """The level of the worst of them."""
+    tone: str = ""
+    """The colour of the card and its state's badge when a finding is worse than the state's
+    own colour says (``warn``, ``bad``, ``error``); empty: the state's colour."""
 
 
 @dataclass(frozen=True)
@@ -205,10 +209,33 @@ def worst_of(findings: Iterable[Finding]) -> Level:
     return max((f.level for f in findings), default=Level.OK)
 
 
-def _own(found: Found, unit: LedgerUnit, now: datetime) -> tuple[tuple[FindingRow, ...], str]:
-    """A card's own findings and the name of their worst level."""
+STATE_TONES = {
+    GpuState.RESERVED_IDLE: Level.WARN,
+    GpuState.UNACCOUNTED: Level.BAD,
+    GpuState.UNKNOWN: Level.ERROR,
+}
+"""The level each state's colour already says (the page draws WARN in reserved-idle's amber,
+BAD in unaccounted's red, ERROR in unknown's violet); ``held``, ``free`` and ``mig`` say none."""
+
+
+def tone(state: GpuState, worst: Level) -> str:
+    """The colour a card takes from its worst finding: the level's, when it is worse than its
+    state's colour says (a held GPU with a WARN is amber, not green); else none, the state's."""
+    return worst.name.lower() if worst > STATE_TONES.get(state, Level.OK) else ""
+
+
+class _Own(NamedTuple):
+    findings: tuple[FindingRow, ...]
+    worst: str
+    tone: str
+
+
+def _own(found: Found, unit: LedgerUnit, now: datetime) -> _Own:
+    """A card's own findings, the name of their worst level, and the tone it gives the card."""
     mine = found.get(unit.uuid, ())
-    return tuple(finding_rows(mine, lambda _: unit.label, now)), worst_of(mine).name
+    worst = worst_of(mine)
+    rows = tuple(finding_rows(mine, lambda _: unit.label, now))
+    return _Own(rows, worst.name, tone(unit.state, worst))
 
 
 def _instance_card(
@@ -220,7 +247,6 @@ def _instance_card(
         if i.gpu_instance_id is None
         else f" (GI {i.gpu_instance_id}, CI {i.compute_instance_id})"
     )
-    rows, worst = _own(found, linst, now)
     return UnitCard(
         anchor=unit_anchor(linst),
         title=f"MIG {i.profile or '?'}{ids}",
@@ -232,8 +258,7 @@ def _instance_card(
         reservation=owner(linst.reservation),
         tenants=tuple(tenant_row(t) for t in linst.tenants),
         strip=_strip(trails, linst.uuid, now),
-        findings=rows,
-        worst=worst,
+        **_own(found, linst, now)._asdict(),
     )
 
 
@@ -249,7 +274,6 @@ def gpu_card(
 ) -> UnitCard:
     """A GPU's card, its MIG instances' cards inside, each with its own findings (``found``)."""
     found = found or {}
-    rows, worst = _own(found, lgpu, now)
     return UnitCard(
         anchor=unit_anchor(lgpu),
         title=f"GPU {lgpu.gpu.index}",
@@ -263,8 +287,7 @@ def gpu_card(
         strip=_strip(trails, lgpu.uuid, now),
         instances=tuple(_instance_card(i, trails, now, found) for i in lgpu.instances),
         note=_mig_note(lgpu),
-        findings=rows,
-        worst=worst,
+        **_own(found, lgpu, now)._asdict(),
     )
 
 
