@@ -576,10 +576,10 @@ def test_names_that_try_to_run_script_on_the_fleet_page_show_as_text(
 # --------------------------------------------------------------------------- the fleet's page
 
 
-def node_rows(page: Any) -> list[dict[str, Any]]:
+def node_rows(page: Any, table: str = "table.nodes") -> list[dict[str, Any]]:
     return list(
         page.eval_on_selector_all(
-            "table.nodes tbody tr",
+            f"{table} tbody tr",
             """rs => rs.map(r => ({name: r.cells[0].querySelector('.name').textContent,
                 link: r.cells[0].querySelector('a')?.getAttribute('href') ?? null,
                 status: r.cells[1].textContent, worst: r.cells[4].textContent}))""",
@@ -587,7 +587,7 @@ def node_rows(page: Any) -> list[dict[str, Any]]:
     )
 
 
-def test_the_fleet_page_in_light_and_dark_lists_nodes_worst_first_with_their_links(
+def test_the_fleet_page_in_light_and_dark_lists_every_node_with_its_link(
     browser: Any, mixed_fleet: FleetServe, artefacts: Path
 ) -> None:
     backgrounds = {}
@@ -605,30 +605,92 @@ def test_the_fleet_page_in_light_and_dark_lists_nodes_worst_first_with_their_lin
     assert backgrounds["light"] != backgrounds["dark"]
 
 
+def idle_of(doc: dict[str, Any], findings: list[dict[str, Any]]) -> tuple[dict[str, int], ...]:
+    """Each read node's and each job's idle GPUs as /fleet and /findings say them: reserved-idle
+    GPUs, and held ones with a held-idle finding."""
+    held_idle = [f for f in findings if f["code"] == "held-idle"]
+    nodes = {
+        n["name"]: n["gpus"]["reserved-idle"] + sum(f["node"] == n["name"] for f in held_idle)
+        for n in doc["nodes"]
+        if n["status"] == "ok"
+    }
+    jobs = {
+        f"{j['namespace']} / {j['job']}": j["gpus"]["reserved-idle"]
+        + sum((f["subject"].get("namespace"), f["subject"].get("job")) ==
+              (j["namespace"], j["job"]) for f in held_idle)
+        for j in doc["jobs"]
+    }  # fmt: skip
+    return nodes, jobs
+
+
 def check_fleet_rows(page: Any, served: FleetServe) -> None:
     doc = requests.get(served.url + "fleet", timeout=10).json()
-    rows = node_rows(page)
+    findings = requests.get(served.url + "findings", timeout=10).json()["findings"]
+    nodes_idle, jobs_idle = idle_of(doc, findings)
+    read, unread = node_rows(page, "table.nodes.waste"), node_rows(page, "table.nodes.problems")
+    # the nodes read, by their idle GPUs; the others in their own table, worst first
+    assert {r["status"] for r in read} == {"ok"}
+    idle = [nodes_idle[r["name"]] for r in read]
+    assert idle and idle == sorted(idle, reverse=True)
     levels = ["ERROR", "BAD", "WARN", "OK"]
-    worst = [levels.index(r["worst"]) for r in rows]
-    assert worst == sorted(worst)  # worst first
+    worst = [levels.index(r["worst"]) for r in unread]
+    assert worst == sorted(worst)
+    assert {"missing", "stale", "unreachable", "down", "schema-mismatch"} == {
+        r["status"] for r in unread
+    }
     # every node as /fleet says it: its status in a word, a link to its controller's page
     # where it has a controller (two rows may share a name: a Nomad node and a stranger)
-    shown = sorted((r["name"], r["status"], r["link"]) for r in rows)
+    shown = sorted((r["name"], r["status"], r["link"]) for r in read + unread)
     said = [(n["name"], n["status"], n["url"] and n["url"] + "/") for n in doc["nodes"]]
     assert shown == sorted(said)
-    statuses = {n["status"] for n in doc["nodes"]}
-    assert {"missing", "stale", "unreachable", "down", "schema-mismatch"} < statuses
     for sim in served.sim.nodes.values():
         if sim.controller and not sim.fault:  # the controllers the fleet read, at their URLs
             assert (sim.name, "ok", served.sim.url(sim) + "/") in shown
-    idle = page.eval_on_selector_all(
-        "table.jobs tbody tr", "rs => rs.map(r => +r.cells[2].textContent)"
+    jobs = page.eval_on_selector_all(
+        "table.jobs tbody tr",
+        "rs => rs.map(r => [r.cells[0].textContent + ' / ' + r.cells[1].textContent,"
+        " parseInt(r.cells[2].textContent)])",
     )
-    assert idle and idle == sorted(idle, reverse=True)  # most idle first
-    job_count = len(doc["jobs"])
-    assert len(idle) == job_count
+    assert [idle for _, idle in jobs] == sorted(jobs_idle.values(), reverse=True)
+    assert all(jobs_idle[name] == idle for name, idle in jobs)
+    assert len(jobs) == len(doc["jobs"])
     refreshing = requests.get(served.url, timeout=10).text
     assert '<meta http-equiv="refresh" content="5">' in refreshing  # fleet serve's --interval
+
+
+def test_the_fleets_first_screen_shows_its_most_wasteful_node_and_job(
+    browser: Any, mixed_fleet: FleetServe
+) -> None:
+    doc = requests.get(mixed_fleet.url + "fleet", timeout=10).json()
+    findings = requests.get(mixed_fleet.url + "findings", timeout=10).json()["findings"]
+    nodes_idle, jobs_idle = idle_of(doc, findings)
+    most_node, most_job = max(nodes_idle.values()), max(jobs_idle.values())
+    assert most_node > 0 and most_job > 0  # the mixed fleet wastes GPUs
+    problems = [n for n in doc["nodes"] if n["status"] != "ok"]
+    assert len(problems) >= 10  # enough to have filled the first screen before
+    for scheme in SCHEMES:
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+        page = context.new_page()
+        page.goto(mixed_fleet.url + "?refresh=off")
+        boxes = page.evaluate(
+            """() => [...document.querySelectorAll('table.nodes tbody tr, table.jobs tbody tr')]
+                .map(r => { const b = r.getBoundingClientRect();
+                    return {table: r.closest('table').className, text: r.cells[0].textContent
+                        + (r.closest('table').classList.contains('jobs')
+                           ? ' / ' + r.cells[1].textContent : ''),
+                        top: b.top, bottom: b.bottom, left: b.left, right: b.right}; })"""
+        )
+
+        def on_screen(b: dict[str, Any]) -> bool:
+            return b["top"] >= 0 and b["bottom"] <= 900 and b["left"] >= 0 and b["right"] <= 1280
+
+        seen_nodes = {b["text"] for b in boxes if "waste" in b["table"] and on_screen(b)}
+        seen_jobs = {b["text"] for b in boxes if "jobs" in b["table"] and on_screen(b)}
+        assert {n for n, idle in nodes_idle.items() if idle == most_node} & seen_nodes, scheme
+        assert {j for j, idle in jobs_idle.items() if idle == most_job} & seen_jobs, scheme
+        # no node that could not be read takes a place on the first screen
+        assert not [b for b in boxes if "problems" in b["table"] and b["top"] < 900], scheme
+        context.close()
 
 
 # --------------------------------------------------------------------------- axe-core
