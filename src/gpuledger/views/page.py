@@ -36,6 +36,7 @@ from gpuledger.model.history_record import Trail
 from gpuledger.model.snapshots import Snapshot
 from gpuledger.views.html import When, environment, frame, mib, when
 from gpuledger.views.strip import Segment, segments
+from gpuledger.views.table import no_gpu_reason
 
 STARTING_REFRESH_S = 2
 """How often the page asks again before the first tick has finished."""
@@ -364,17 +365,10 @@ def source_rows(sources: Mapping[SourceName, SourceStatus]) -> list[SourceRow]:
     return rows
 
 
-def no_gpu_reason(gpu: SourceStatus | None) -> str:
-    """What the page says where it has no card: the driver read and listing none, or why it
-    was not read (failed, with the reason; turned off)."""
-    if gpu is None:
-        return "The GPU source was not read this tick."
-    if not gpu.enabled:
-        return "The GPU source is turned off: the driver was not read."
-    if gpu.failing:
-        hint = f" ({gpu.hint})" if gpu.hint else ""
-        return f"The GPU source failed, so no GPU is known: {gpu.error}{hint}"
-    return "The driver lists no GPU."
+def no_gpu_sentence(gpu: SourceStatus | None) -> str:
+    """What the page says where it has no card (``views.table.no_gpu_reason``, as a sentence)."""
+    reason = no_gpu_reason(gpu)
+    return reason[0].upper() + reason[1:] + "."
 
 
 def state_counts(units: Iterable[LedgerUnit]) -> list[tuple[str, int]]:
@@ -415,7 +409,7 @@ def render_node(snap: Snapshot, refresh: bool = True) -> bytes:
             history_error=snap.history_error,
             counts=state_counts(ledger.units()),
             cards=[gpu_card(lgpu, trails, now, found) for lgpu in ledger.gpus],
-            no_gpu=no_gpu_reason(ledger.sources.get(SourceName.GPU)),
+            no_gpu=no_gpu_sentence(ledger.sources.get(SourceName.GPU)),
             attention=heads[:HEAD_LIMIT],
             more_attention=max(0, len(heads) - HEAD_LIMIT),
             findings=finding_rows(ledger.findings, _gpu_of(ledger), now),
