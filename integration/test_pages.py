@@ -693,6 +693,25 @@ def test_the_fleets_first_screen_shows_its_most_wasteful_node_and_job(
         context.close()
 
 
+def test_no_header_cell_breaks_inside_a_word(
+    browser: Any, demo_node: Serve, mixed_fleet: FleetServe
+) -> None:
+    # "GP U", "Noma d": a header cell squeezed below its longest word. Each cell's text takes
+    # at most one line per word it has.
+    lines = """() => [...document.querySelectorAll('th')].filter(th => th.offsetParent !== null)
+        .map(th => { const r = document.createRange(); r.selectNodeContents(th);
+            const tops = new Set([...r.getClientRects()].map(b => Math.round(b.top)));
+            return [th.textContent, tops.size, th.textContent.trim().split(/\\s+/).length]; })"""
+    for url in (demo_node.url + "/", mixed_fleet.url):
+        for width in (700, 768, 1024, 1280):
+            opened = open_page(browser, url, width)
+            cells = opened.page.evaluate(lines)
+            assert cells, (url, width)
+            broken = [(text, n) for text, n, words in cells if n > words]
+            assert broken == [], (url, width)
+            opened.close()
+
+
 # --------------------------------------------------------------------------- axe-core
 
 
