@@ -19,7 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,8 @@ INTERVAL = timedelta(seconds=5)
 """The demo node's and the fleet's: long enough for a test to read a page between reloads."""
 DAY_GAP = (timedelta(hours=16), timedelta(hours=14, minutes=30))
 """The seeded day's downtime: from 16 h ago to 14 h 30 min ago."""
+HELD_IDLE_FOR = timedelta(hours=7)
+"""How long the seeded day has GPU 6 held below 5 % (the built-in held-idle fires after 6 h)."""
 
 
 @pytest.fixture(scope="module")
@@ -151,11 +153,19 @@ def seeded_day(now: datetime, units: list[dict[str, Any]]) -> History:
         changes = [Change(now - timedelta(hours=h), cycle[i % 4]) for i, h in enumerate(hours)]
         changes += [Change(now - DAY_GAP[0], None), Change(now - DAY_GAP[1], GpuState.UNKNOWN)]
         since = now - timedelta(hours=(0.4, 3.2, 6.8, 1.5, 9.1)[n % 5], minutes=3 * n)
+        if GpuState(unit["state"]) is GpuState.HELD:
+            since = min(since, now - HELD_IDLE_FOR)  # held at least as long as it idles
         state = GpuState(unit["state"])
         changes.append(Change(since, state))
         trails[unit["uuid"]] = tuple(sorted(changes, key=lambda c: c.at))
         alloc = unit["reservation"]["allocId"] if unit.get("reservation") else None
-        marks[unit["uuid"]] = GpuMark(state=state, since=since, alloc=alloc)
+        # a held GPU below the held-idle threshold has been so for HELD_IDLE_FOR (GPU 6)
+        util = unit.get("utilizationPercent")
+        idle = state is GpuState.HELD and util is not None and util < 5
+        marks[unit["uuid"]] = GpuMark(
+            state=state, since=since, alloc=alloc,
+            held_idle_since=now - HELD_IDLE_FOR if idle else None,
+        )  # fmt: skip
     return History(at=now, interval=INTERVAL, gpus=marks, trails=trails)
 
 
@@ -288,6 +298,60 @@ def test_the_node_page_says_who_reserved_and_holds_each_gpu(browser: Any, demo_n
     opened.close()
 
 
+def computed(page: Any, selector: str, prop: str) -> str:
+    """The computed value of a CSS property of the first element ``selector`` finds."""
+    return str(page.eval_on_selector(selector, f"e => getComputedStyle(e)[{prop!r}]"))
+
+
+def test_a_held_idle_gpu_and_a_hot_gpu_show_their_findings_in_no_healthy_colour(
+    browser: Any, demo_node: Serve
+) -> None:
+    ledger = demo_node.get("/ledger").json()
+    index = {g["uuid"]: g["index"] for g in ledger["gpus"]}
+    found = demo_node.get("/findings").json()["findings"]
+    idle = next(f for f in found if f["code"] == "held-idle")
+    hot = next(f for f in found if f["code"] == "hot")
+    assert (index[idle["gpu"]], index[hot["gpu"]]) == (6, 3)  # demo.yaml, the seeded day
+    states = {g["index"]: g["state"] for g in ledger["gpus"]}
+    assert (states[6], states[3]) == ("held", "free")
+    for scheme in SCHEMES:
+        opened = open_page(browser, demo_node.url + "/", 1440, scheme)
+        page = opened.page
+        # the colours the page draws its states in, read from its own legend
+        swatch = {
+            k: computed(page, f".legend .swatch.k-{k}", "backgroundColor")
+            for k in ("held", "free", "reserved-idle")
+        }
+        assert len(set(swatch.values())) == 3
+        for gpu, f, healthy in ((6, idle, "held"), (3, hot, "free")):
+            card = f"#gpu-{gpu}"
+            border = computed(page, card, "borderLeftColor")
+            assert border != swatch[healthy], (scheme, gpu)  # not green, not grey
+            assert border == swatch["reserved-idle"], (scheme, gpu)  # WARN's amber
+            badge = f"{card} > header .badge"
+            assert page.inner_text(badge) == healthy  # the state still in words
+            assert computed(page, badge, "backgroundColor") != computed(
+                page, f".counts .b-{healthy}", "backgroundColor"
+            )
+            listed = page.inner_text(f"{card} .own-findings")
+            assert f["code"] in listed and "WARN" in listed and f["message"] in listed
+            assert "open " in listed and "since" in listed
+        # a card with no finding keeps its state's colour
+        calm = [g for g in ledger["gpus"] if g["uuid"] not in {f["gpu"] for f in found}]
+        assert calm, "the demo has a GPU without findings"
+        for g in calm:
+            assert computed(page, f"#gpu-{g['index']}", "borderLeftColor") == computed(
+                page, f".legend .swatch.k-{g['state']}", "backgroundColor"
+            )
+        # the head names the worst GPU and why, and links to its card
+        worst = found[0]
+        headline = page.inner_text("header.top .headline")
+        assert f"GPU {index[worst['gpu']]}" in headline and worst["code"] in headline
+        assert worst["message"] in page.inner_text("header.top .worst")
+        assert page.is_visible(f"header.top a[href='#gpu-{index[worst['gpu']]}']")
+        opened.close()
+
+
 def test_the_files_the_page_links_are_served_the_style_sheet_cacheable(
     browser: Any, demo_node: Serve
 ) -> None:
@@ -329,23 +393,48 @@ def test_the_strip_draws_the_day_and_the_controller_down_as_such(
     opened.close()
 
 
+DOWN = timedelta(minutes=10)
+"""How long the restart test's controller was down: longer than three intervals."""
+
+
+def driver_read(serve: Serve) -> dict[str, Any] | None:
+    """The first ledger of ``serve`` whose tick read the GPU driver and listed GPU 0."""
+    ledger = serve.ready()
+    read = ledger["sources"]["gpu"]["ok"] and any(g["index"] == 0 for g in ledger["gpus"])
+    return ledger if read else None
+
+
+def moved_back(history: History, by: timedelta) -> History:
+    """``history`` as if its ticks had happened ``by`` earlier: the controller down that long."""
+    trails = {
+        uuid: tuple(replace(change, at=change.at - by) for change in trail)
+        for uuid, trail in history.trails.items()
+    }
+    assert history.at is not None
+    return replace(history, at=history.at - by, trails=trails)
+
+
 def test_a_restart_after_a_gap_draws_the_downtime(
     browser: Any, tmp_path: Path, world: World
 ) -> None:
-    first = Serve(world, tmp_path, interval="1s")
-    first.ready()
+    # The gap is passed in, not slept: the history the first controller wrote is moved back
+    # by DOWN, as if it had stopped that long ago. Each controller is waited on until a tick
+    # of it read the driver (a tick that could not would keep no trail of GPU 0 to draw on).
+    first = Serve(world, tmp_path, interval="5s")
+    eventually(lambda: driver_read(first), "a tick of the first controller that read GPU 0")
     assert first.stop() == 0
-    time.sleep(4.5)  # longer than three intervals: the controller was down
-    again = Serve(world, tmp_path, interval="1s")
+    history_file.save(first.history, moved_back(history_file.load(first.history), DOWN))
+    again = Serve(world, tmp_path, interval="5s")
     try:
-        again.ready()
+        eventually(lambda: driver_read(again), "a tick after the restart that read GPU 0")
         opened = open_page(browser, again.url + "/")
         titles = opened.page.eval_on_selector_all(
             "#gpu-0 rect.k-not-watched", "rs => rs.map(r => r.textContent)"
         )
         assert len(titles) == 1
         assert titles[0].startswith("not watched (gpuledger was not running)")
-        assert titles[0].endswith(("(4 s)", "(5 s)", "(6 s)"))
+        # DOWN, and the seconds between the stop and the first tick after it
+        assert titles[0].endswith("(10 min)"), titles[0]
         opened.close()
     finally:
         again.stop()
@@ -487,10 +576,10 @@ def test_names_that_try_to_run_script_on_the_fleet_page_show_as_text(
 # --------------------------------------------------------------------------- the fleet's page
 
 
-def node_rows(page: Any) -> list[dict[str, Any]]:
+def node_rows(page: Any, table: str = "table.nodes") -> list[dict[str, Any]]:
     return list(
         page.eval_on_selector_all(
-            "table.nodes tbody tr",
+            f"{table} tbody tr",
             """rs => rs.map(r => ({name: r.cells[0].querySelector('.name').textContent,
                 link: r.cells[0].querySelector('a')?.getAttribute('href') ?? null,
                 status: r.cells[1].textContent, worst: r.cells[4].textContent}))""",
@@ -498,7 +587,7 @@ def node_rows(page: Any) -> list[dict[str, Any]]:
     )
 
 
-def test_the_fleet_page_in_light_and_dark_lists_nodes_worst_first_with_their_links(
+def test_the_fleet_page_in_light_and_dark_lists_every_node_with_its_link(
     browser: Any, mixed_fleet: FleetServe, artefacts: Path
 ) -> None:
     backgrounds = {}
@@ -516,30 +605,111 @@ def test_the_fleet_page_in_light_and_dark_lists_nodes_worst_first_with_their_lin
     assert backgrounds["light"] != backgrounds["dark"]
 
 
+def idle_of(doc: dict[str, Any], findings: list[dict[str, Any]]) -> tuple[dict[str, int], ...]:
+    """Each read node's and each job's idle GPUs as /fleet and /findings say them: reserved-idle
+    GPUs, and held ones with a held-idle finding."""
+    held_idle = [f for f in findings if f["code"] == "held-idle"]
+    nodes = {
+        n["name"]: n["gpus"]["reserved-idle"] + sum(f["node"] == n["name"] for f in held_idle)
+        for n in doc["nodes"]
+        if n["status"] == "ok"
+    }
+    jobs = {
+        f"{j['namespace']} / {j['job']}": j["gpus"]["reserved-idle"]
+        + sum((f["subject"].get("namespace"), f["subject"].get("job")) ==
+              (j["namespace"], j["job"]) for f in held_idle)
+        for j in doc["jobs"]
+    }  # fmt: skip
+    return nodes, jobs
+
+
 def check_fleet_rows(page: Any, served: FleetServe) -> None:
     doc = requests.get(served.url + "fleet", timeout=10).json()
-    rows = node_rows(page)
+    findings = requests.get(served.url + "findings", timeout=10).json()["findings"]
+    nodes_idle, jobs_idle = idle_of(doc, findings)
+    read, unread = node_rows(page, "table.nodes.waste"), node_rows(page, "table.nodes.problems")
+    # the nodes read, by their idle GPUs; the others in their own table, worst first
+    assert {r["status"] for r in read} == {"ok"}
+    idle = [nodes_idle[r["name"]] for r in read]
+    assert idle and idle == sorted(idle, reverse=True)
     levels = ["ERROR", "BAD", "WARN", "OK"]
-    worst = [levels.index(r["worst"]) for r in rows]
-    assert worst == sorted(worst)  # worst first
+    worst = [levels.index(r["worst"]) for r in unread]
+    assert worst == sorted(worst)
+    assert {"missing", "stale", "unreachable", "down", "schema-mismatch"} == {
+        r["status"] for r in unread
+    }
     # every node as /fleet says it: its status in a word, a link to its controller's page
     # where it has a controller (two rows may share a name: a Nomad node and a stranger)
-    shown = sorted((r["name"], r["status"], r["link"]) for r in rows)
+    shown = sorted((r["name"], r["status"], r["link"]) for r in read + unread)
     said = [(n["name"], n["status"], n["url"] and n["url"] + "/") for n in doc["nodes"]]
     assert shown == sorted(said)
-    statuses = {n["status"] for n in doc["nodes"]}
-    assert {"missing", "stale", "unreachable", "down", "schema-mismatch"} < statuses
     for sim in served.sim.nodes.values():
         if sim.controller and not sim.fault:  # the controllers the fleet read, at their URLs
             assert (sim.name, "ok", served.sim.url(sim) + "/") in shown
-    idle = page.eval_on_selector_all(
-        "table.jobs tbody tr", "rs => rs.map(r => +r.cells[2].textContent)"
+    jobs = page.eval_on_selector_all(
+        "table.jobs tbody tr",
+        "rs => rs.map(r => [r.cells[0].textContent + ' / ' + r.cells[1].textContent,"
+        " parseInt(r.cells[2].textContent)])",
     )
-    assert idle and idle == sorted(idle, reverse=True)  # most idle first
-    job_count = len(doc["jobs"])
-    assert len(idle) == job_count
+    assert [idle for _, idle in jobs] == sorted(jobs_idle.values(), reverse=True)
+    assert all(jobs_idle[name] == idle for name, idle in jobs)
+    assert len(jobs) == len(doc["jobs"])
     refreshing = requests.get(served.url, timeout=10).text
     assert '<meta http-equiv="refresh" content="5">' in refreshing  # fleet serve's --interval
+
+
+def test_the_fleets_first_screen_shows_its_most_wasteful_node_and_job(
+    browser: Any, mixed_fleet: FleetServe
+) -> None:
+    doc = requests.get(mixed_fleet.url + "fleet", timeout=10).json()
+    findings = requests.get(mixed_fleet.url + "findings", timeout=10).json()["findings"]
+    nodes_idle, jobs_idle = idle_of(doc, findings)
+    most_node, most_job = max(nodes_idle.values()), max(jobs_idle.values())
+    assert most_node > 0 and most_job > 0  # the mixed fleet wastes GPUs
+    problems = [n for n in doc["nodes"] if n["status"] != "ok"]
+    assert len(problems) >= 10  # enough to have filled the first screen before
+    for scheme in SCHEMES:
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+        page = context.new_page()
+        page.goto(mixed_fleet.url + "?refresh=off")
+        boxes = page.evaluate(
+            """() => [...document.querySelectorAll('table.nodes tbody tr, table.jobs tbody tr')]
+                .map(r => { const b = r.getBoundingClientRect();
+                    return {table: r.closest('table').className, text: r.cells[0].textContent
+                        + (r.closest('table').classList.contains('jobs')
+                           ? ' / ' + r.cells[1].textContent : ''),
+                        top: b.top, bottom: b.bottom, left: b.left, right: b.right}; })"""
+        )
+
+        def on_screen(b: dict[str, Any]) -> bool:
+            return b["top"] >= 0 and b["bottom"] <= 900 and b["left"] >= 0 and b["right"] <= 1280
+
+        seen_nodes = {b["text"] for b in boxes if "waste" in b["table"] and on_screen(b)}
+        seen_jobs = {b["text"] for b in boxes if "jobs" in b["table"] and on_screen(b)}
+        assert {n for n, idle in nodes_idle.items() if idle == most_node} & seen_nodes, scheme
+        assert {j for j, idle in jobs_idle.items() if idle == most_job} & seen_jobs, scheme
+        # no node that could not be read takes a place on the first screen
+        assert not [b for b in boxes if "problems" in b["table"] and b["top"] < 900], scheme
+        context.close()
+
+
+def test_no_header_cell_breaks_inside_a_word(
+    browser: Any, demo_node: Serve, mixed_fleet: FleetServe
+) -> None:
+    # "GP U", "Noma d": a header cell squeezed below its longest word. Each cell's text takes
+    # at most one line per word it has.
+    lines = """() => [...document.querySelectorAll('th')].filter(th => th.offsetParent !== null)
+        .map(th => { const r = document.createRange(); r.selectNodeContents(th);
+            const tops = new Set([...r.getClientRects()].map(b => Math.round(b.top)));
+            return [th.textContent, tops.size, th.textContent.trim().split(/\\s+/).length]; })"""
+    for url in (demo_node.url + "/", mixed_fleet.url):
+        for width in (700, 768, 1024, 1280):
+            opened = open_page(browser, url, width)
+            cells = opened.page.evaluate(lines)
+            assert cells, (url, width)
+            broken = [(text, n) for text, n, words in cells if n > words]
+            assert broken == [], (url, width)
+            opened.close()
 
 
 # --------------------------------------------------------------------------- axe-core

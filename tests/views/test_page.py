@@ -148,7 +148,7 @@ def snapshot(ledger: Ledger, trails: dict[str, tuple[Change, ...]] | None = None
 def test_the_node_page_shows_each_gpu_its_holders_and_findings() -> None:
     parsed = Parsed(page.render_node(snapshot(hostile_ledger())).decode())
     text = parsed.text
-    assert "For 2 h 5 min, since" in text and "2026-11-30 09:55:00 UTC" in text
+    assert "Held for 2 h 5 min, since" in text and "2026-11-30 09:55:00 UTC" in text
     for shown in ("12.5 %", "1,000 / 143,771 MiB", "61 °C", "24 °C", "3 of 8", "1,024 MiB"):
         assert shown in text, shown
     assert [a["datetime"] for a in parsed.all("time")][:2] == [
@@ -259,23 +259,53 @@ def fleet(*nodes: FleetNode, jobs: tuple[FleetJob, ...] = ()) -> FleetSnapshot:
     return FleetSnapshot(Fleet(AT, sources, nodes, jobs, ()), 0.5, timedelta(seconds=30))
 
 
-def test_fleet_nodes_come_worst_first_and_link_only_to_http_urls() -> None:
+def test_fleet_nodes_read_come_by_waste_and_the_unread_after_them_worst_first() -> None:
     snap = fleet(
         fleet_node("b-ok", NodeStatus.OK, Level.OK, "http://10.0.0.2:9877", held=3, free=1),
         fleet_node("a-ok", NodeStatus.OK, Level.WARN, "https://10.0.0.1:9877/", held=4),
+        fleet_node("idle", NodeStatus.OK, Level.OK, "http://10.0.0.3:9877", reserved_idle=2),
         fleet_node("gone", NodeStatus.MISSING, Level.ERROR, None),
         fleet_node("evil", NodeStatus.UNREACHABLE, Level.ERROR, "javascript:alert(1)"),
     )
     parsed = Parsed(fleet_page.render_fleet_page(snap).decode())
     links = [a["href"] for a in parsed.all("a") if a.get("class") == "name"]
-    assert links == ["https://10.0.0.1:9877/", "http://10.0.0.2:9877/"]
+    assert links == ["http://10.0.0.3:9877/", "https://10.0.0.1:9877/", "http://10.0.0.2:9877/"]
     body = parsed.text
-    # unreachable before missing at the same worst level; then WARN, then OK
-    assert body.index("evil") < body.index("gone") < body.index("a-ok") < body.index("b-ok")
+    # the idle GPUs first, then by worst finding; the nodes not read in a section below,
+    # unreachable before missing at the same worst level
+    order = [body.index(name) for name in ("idle", "a-ok", "b-ok", "Nodes not read", "evil")]
+    assert order == sorted(order) and body.index("evil") < body.index("gone")
+    assert "Most waste: node idle (2 idle GPUs)." in " ".join(body.split())
     assert "javascript:alert(1)" in body  # shown as text, never a link
     assert "4: 3 held · 1 free" in body
     bars = [(r["class"], r["width"]) for r in parsed.all("rect")]
     assert ("k-held", "75") in bars and ("k-free", "25") in bars
+
+
+def test_a_job_and_a_node_held_below_the_threshold_count_as_waste() -> None:
+    idle = Finding(
+        Code.HELD_IDLE, Level.WARN, A, "n2", "GPU 0 is held by job nb below 5% for 7 h",
+        {"namespace": "ml", "job": "nb"}, AT, "x",
+    )  # fmt: skip
+    nodes, jobs = fleet_page.held_idle_of([idle, replace(idle, code=Code.HOT)])
+    assert (nodes, jobs) == ({"n2": 1}, {("ml", "nb"): 1})
+    busy = fleet_node("n1", NodeStatus.OK, Level.OK, None, held=2, unaccounted=1)
+    held = fleet_node("n2", NodeStatus.OK, Level.WARN, None, held=2)
+    assert sorted([busy, held], key=lambda n: fleet_page.waste_order(n, nodes[n.name])) == [
+        held,  # one GPU idle beats one unaccounted
+        busy,
+    ]
+    both = (FleetJob("ml", "nb", {GpuState.HELD: 1}), FleetJob("ml", "etl", {GpuState.HELD: 1}))
+    ranked = sorted(both, key=lambda j: fleet_page.job_order(j, jobs[(j.namespace, j.job)]))
+    assert [j.job for j in ranked] == ["nb", "etl"]
+    snap = FleetSnapshot(
+        Fleet(AT, {"consul": SourceStatus.up()}, (busy, held), both, (idle,)),
+        0.5,
+        timedelta(seconds=30),
+    )
+    text = " ".join(Parsed(fleet_page.render_fleet_page(snap).decode()).text.split())
+    assert "Most waste: node n2 (1 idle GPU) · job ml / nb (1 idle GPU)." in text
+    assert "1 held-idle" in text and "1 unaccounted" in text
 
 
 @pytest.mark.parametrize(

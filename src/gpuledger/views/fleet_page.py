@@ -1,18 +1,21 @@
-"""The fleet's page (``/`` of ``gpuledger fleet serve``): the cluster's GPUs at a glance.
+"""The fleet's page (``/`` of ``gpuledger fleet serve``): where the cluster's GPUs go.
 
-Totals by GPU state and by node status; the nodes, worst first, each named with a link to its
-own controller's page (only from an ``http``/``https`` URL) and a bar of its GPUs by state,
-``missing``, ``stale`` and ``unreachable`` nodes marked by a word; the jobs with their GPUs,
-most idle first; and the fleet's findings. A very large fleet shows its worst rows and says
-how many more ``/fleet`` lists.
+First what the GPUs do: the totals by GPU state and the most wasteful node and job, named;
+the nodes whose ledgers were read, by waste (reserved-idle GPUs and held-idle findings) and
+drift (unaccounted GPUs), each named with a link to its own controller's page (only from an
+``http``/``https`` URL) and a bar of its GPUs by state; the jobs by waste. Then, in a section of
+their own, the nodes whose GPUs could not be read (controllers unreachable, missing, stale or on
+another schema; nodes Nomad says are down), worst first, each with why; and the fleet's
+findings. A very large fleet shows its first rows and says how many more ``/fleet`` lists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuledger.model import Finding, GpuState, Level
+from gpuledger.model import Code, Finding, GpuState, Level
 from gpuledger.model.fleet_values import Fleet, FleetJob, FleetNode, NodeStatus
 from gpuledger.model.snapshots import FleetSnapshot
 from gpuledger.views.html import environment, frame, link_to, when
@@ -30,6 +33,9 @@ _STATUS_RANK = {
     NodeStatus.OK: 5,
 }
 JOB_STATES = (GpuState.RESERVED_IDLE, GpuState.HELD, GpuState.UNACCOUNTED, GpuState.UNKNOWN)
+READ = frozenset({NodeStatus.OK})
+"""The statuses of a node whose GPUs the sweep read; every other node is a problem of its own
+(its controller unreachable, missing, stale or on another schema; the node down)."""
 _BAR_WIDTH = 100
 
 
@@ -57,16 +63,56 @@ class NodeRow:
     worst: str
     findings: str
     why: str | None
+    waste: str = ""
+    """Its waste and drift in words: ``2 reserved-idle · 1 held-idle · 1 unaccounted``."""
+    idle: int = 0
+    """Its idle GPUs: reserved-idle, and held-idle."""
 
 
 @dataclass(frozen=True)
 class JobRow:
-    """One job: its GPUs in each state a job's GPU can be in, and all of them."""
+    """One job: its idle GPUs (reserved-idle, and held below the held-idle threshold), its
+    GPUs in each state a job's GPU can be in, and all of them."""
 
     namespace: str
     job: str
     counts: tuple[int, ...]
     total: int
+    idle: int = 0
+    held_idle: int = 0
+
+
+@dataclass(frozen=True)
+class Most:
+    """The most wasteful node or job, as the first screen names it; ``None`` where none is."""
+
+    name: str
+    anchor: str
+    idle: int
+
+
+def held_idle_of(findings: Iterable[Finding]) -> tuple[Counter[str], Counter[tuple[str, str]]]:
+    """How many ``held-idle`` findings each node and each (namespace, job) has: GPUs a job
+    holds and leaves below the threshold, which its state (``held``) does not tell."""
+    nodes: Counter[str] = Counter()
+    jobs: Counter[tuple[str, str]] = Counter()
+    for f in findings:
+        if f.code is Code.HELD_IDLE:
+            nodes[f.node] += 1
+            jobs[(str(f.subject.get("namespace") or ""), str(f.subject.get("job") or ""))] += 1
+    return nodes, jobs
+
+
+def node_waste(node: FleetNode, held_idle: int = 0) -> int:
+    """A node's idle GPUs: reserved and unused, or held below the held-idle threshold."""
+    return node.gpus.get(GpuState.RESERVED_IDLE, 0) + held_idle
+
+
+def waste_order(node: FleetNode, held_idle: int = 0) -> tuple[int, int, int, str]:
+    """Most waste first (idle GPUs), then the most drift (unaccounted GPUs), then the worst
+    finding, then the name."""
+    drift = node.gpus.get(GpuState.UNACCOUNTED, 0)
+    return (-node_waste(node, held_idle), -drift, -node.worst, node.name)
 
 
 def node_order(node: FleetNode) -> tuple[int, int, str]:
@@ -74,9 +120,10 @@ def node_order(node: FleetNode) -> tuple[int, int, str]:
     return (-node.worst, _STATUS_RANK.get(node.status, 0), node.name)
 
 
-def job_order(job: FleetJob) -> tuple[int, float, str, str]:
-    """Most idle first: the most reserved-idle GPUs, then the largest idle share."""
-    idle = job.gpus.get(GpuState.RESERVED_IDLE, 0)
+def job_order(job: FleetJob, held_idle: int = 0) -> tuple[int, float, str, str]:
+    """Most waste first: the most idle GPUs (reserved-idle, and ``held_idle`` of its held ones),
+    then the largest idle share."""
+    idle = job.gpus.get(GpuState.RESERVED_IDLE, 0) + held_idle
     total = sum(job.gpus.values())
     return (-idle, -(idle / total) if total else 0.0, job.namespace, job.job)
 
@@ -96,8 +143,17 @@ def gpu_bar(gpus: Mapping[GpuState, int]) -> tuple[BarPart, ...]:
     return tuple(parts)
 
 
-def node_row(node: FleetNode) -> NodeRow:
-    """A node with its link (an ``http(s)`` URL only), status, GPUs and findings."""
+def _waste_words(node: FleetNode, held_idle: int) -> str:
+    parts = [
+        (node.gpus.get(GpuState.RESERVED_IDLE, 0), "reserved-idle"),
+        (held_idle, "held-idle"),
+        (node.gpus.get(GpuState.UNACCOUNTED, 0), "unaccounted"),
+    ]
+    return " · ".join(f"{n} {what}" for n, what in parts if n) or "none"
+
+
+def node_row(node: FleetNode, held_idle: int = 0) -> NodeRow:
+    """A node with its link (an ``http(s)`` URL only), status, GPUs, waste and findings."""
     nomad = node.nomad_status or "not in Nomad"
     if node.eligible is False:
         nomad += ", ineligible"
@@ -118,16 +174,20 @@ def node_row(node: FleetNode) -> NodeRow:
         worst=node.worst.name,
         findings=findings or "none",
         why=node.error,
+        waste=_waste_words(node, held_idle),
+        idle=node_waste(node, held_idle),
     )
 
 
-def job_row(job: FleetJob) -> JobRow:
-    """A job's GPU counts, in ``JOB_STATES`` order."""
+def job_row(job: FleetJob, held_idle: int = 0) -> JobRow:
+    """A job's idle GPUs and its GPU counts, in ``JOB_STATES`` order."""
     return JobRow(
         namespace=job.namespace or "-",
         job=job.job or "-",
         counts=tuple(job.gpus.get(state, 0) for state in JOB_STATES),
         total=sum(job.gpus.values()),
+        idle=job.gpus.get(GpuState.RESERVED_IDLE, 0) + held_idle,
+        held_idle=held_idle,
     )
 
 
@@ -146,18 +206,46 @@ def _sources(fleet: Fleet) -> list[SourceRow]:
     ]
 
 
+def _tables(fleet: Fleet) -> dict[str, object]:
+    """The page's tables: the nodes read, by waste; the jobs, by waste; the nodes not read,
+    worst first; each cut at its limit, and the most wasteful node and job named."""
+    by_node, by_job = held_idle_of(fleet.findings)
+    read = sorted(
+        (n for n in fleet.nodes if n.status in READ), key=lambda n: waste_order(n, by_node[n.name])
+    )
+    unread = sorted((n for n in fleet.nodes if n.status not in READ), key=node_order)
+    jobs = sorted(fleet.jobs, key=lambda j: job_order(j, by_job[(j.namespace, j.job)]))
+    node_rows = [node_row(n, by_node[n.name]) for n in read[:NODE_LIMIT]]
+    job_rows = [job_row(j, by_job[(j.namespace, j.job)]) for j in jobs[:JOB_LIMIT]]
+    return {
+        "nodes": node_rows,
+        "more_nodes": max(0, len(read) - NODE_LIMIT),
+        "problems": [node_row(n) for n in unread[:NODE_LIMIT]],
+        "more_problems": max(0, len(unread) - NODE_LIMIT),
+        "jobs": job_rows,
+        "more_jobs": max(0, len(jobs) - JOB_LIMIT),
+        "most_node": _most(node_rows[0].name, "node-1", node_rows[0].idle) if node_rows else None,
+        "most_job": _most(f"{job_rows[0].namespace} / {job_rows[0].job}", "job-1", job_rows[0].idle)
+        if job_rows
+        else None,
+    }
+
+
+def _most(name: str, anchor: str, idle: int) -> Most | None:
+    return Most(name, anchor, idle) if idle else None
+
+
 def render_fleet_page(snap: FleetSnapshot, refresh: bool = True) -> bytes:
     """The fleet's page for one sweep; ``refresh``: it asks again every interval."""
     fleet = snap.fleet
     every = refresh_seconds(snap.interval)
-    nodes = sorted(fleet.nodes, key=node_order)
-    jobs = sorted(fleet.jobs, key=job_order)
     gpu_totals = fleet.gpu_totals()
     page = (
         environment()
         .get_template("fleet.html.j2")
         .render(
             **frame(every if refresh else None),
+            **_tables(fleet),
             every=every,
             worst=fleet.worst.name,
             at=when(fleet.at, fleet.at),
@@ -167,12 +255,8 @@ def render_fleet_page(snap: FleetSnapshot, refresh: bool = True) -> bytes:
             gpu_totals=[(s.value, n) for s, n in _counts(gpu_totals)],
             gpu_count=sum(gpu_totals.values()),
             node_totals=[(s.value, n) for s, n in fleet.node_totals().items() if n],
-            nodes=[node_row(n) for n in nodes[:NODE_LIMIT]],
-            more_nodes=max(0, len(nodes) - NODE_LIMIT),
-            node_count=len(nodes),
+            node_count=len(fleet.nodes),
             job_states=[s.value for s in JOB_STATES],
-            jobs=[job_row(j) for j in jobs[:JOB_LIMIT]],
-            more_jobs=max(0, len(jobs) - JOB_LIMIT),
             findings=finding_rows(fleet.findings[:FINDING_LIMIT], _node_of, fleet.at),
             more_findings=max(0, len(fleet.findings) - FINDING_LIMIT),
             endpoints=ENDPOINTS,

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from gpuledger.model import GpuState, Level
 from gpuledger.model.fleet_values import Fleet, FleetNode
 from gpuledger.model.text import text_of
-from gpuledger.views.table import columns, printable
+from gpuledger.views.table import columns, counted, printable
 
 _STATE_COLUMNS = (
     ("HELD", GpuState.HELD),
@@ -91,5 +91,6 @@ def render_fleet_findings(fleet: Fleet) -> str:
     rows = [["LEVEL", "CODE", "NODE", "MESSAGE"]]
     rows.extend([f.level.name, f.code.value, f.node or "-", f.message] for f in fleet.findings)
     lines = columns(rows)
-    lines.append(f"{len(fleet.findings)} findings on the fleet (worst: {fleet.worst.name})")
+    count = counted(len(fleet.findings), "finding")
+    lines.append(f"{count} on the fleet (worst: {fleet.worst.name})")
     return text_of("\n".join(lines) + "\n")

@@ -1,18 +1,22 @@
 """The node's page (``/`` of ``gpuledger serve``): every GPU at a glance.
 
-A header (the node, its Nomad node id, the sources and their health, the last tick, the worst
-level), a card per GPU (its state as a word and a colour, since when, utilisation, memory,
-temperature and thermal margin, encoder sessions, who reserved it, who holds it, and its last
-day as a strip), MIG cards with a card per instance, and the findings, worst first. Rendered by
-Jinja2 from the packaged templates (``views/html.py``); no script, no inline style.
+A header (the node, its Nomad node id, the sources and their health, the last tick, and the
+worst finding named by its GPU and its words, then every other GPU that has one), a card per GPU
+(its state as a word, since when, its own findings, utilisation, memory, temperature and thermal
+margin, encoder sessions, who reserved it, who holds it, and its last day as a strip), MIG cards
+with a card per instance, and all the findings, worst first. A card's colour and badge follow
+the worst of its own findings, its state's colour only when it has none: a held GPU idling for
+hours is not drawn as healthy. Rendered by Jinja2 from the packaged templates
+(``views/html.py``); no script, no inline style.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from gpuledger.model import (
     TICK_SOURCES,
@@ -23,6 +27,7 @@ from gpuledger.model import (
     LedgerGpu,
     LedgerInstance,
     LedgerUnit,
+    Level,
     SourceName,
     SourceStatus,
     Tenant,
@@ -31,10 +36,13 @@ from gpuledger.model.history_record import Trail
 from gpuledger.model.snapshots import Snapshot
 from gpuledger.views.html import When, environment, frame, mib, when
 from gpuledger.views.strip import Segment, segments
+from gpuledger.views.table import no_gpu_reason
 
 STARTING_REFRESH_S = 2
 """How often the page asks again before the first tick has finished."""
 ENDPOINTS = ("ledger", "findings", "metrics", "healthz")
+HEAD_LIMIT = 6
+"""The most GPUs (or other subjects) with findings the page's head names; the cards have all."""
 
 
 @dataclass(frozen=True)
@@ -78,17 +86,38 @@ class UnitCard:
     strip: tuple[Segment, ...]
     instances: tuple[UnitCard, ...] = ()
     note: str | None = None
+    findings: tuple[FindingRow, ...] = ()
+    """Its own findings, worst first (a MIG card's instances keep theirs)."""
+    worst: str = Level.OK.name
+    """The level of the worst of them."""
+    tone: str = ""
+    """The colour of the card and its state's badge when a finding is worse than the state's
+    own colour says (``warn``, ``bad``, ``error``); empty: the state's colour."""
 
 
 @dataclass(frozen=True)
 class FindingRow:
-    """One finding as the table shows it."""
+    """One finding as the table (or a card) shows it."""
 
     level: str
     code: str
     unit: str
     message: str
     since: When | None
+
+
+@dataclass(frozen=True)
+class Attention:
+    """A unit (or the node) with findings, as the page's head names it: where, the card it
+    links to, its worst finding (level, code, message, open since), and how many it has."""
+
+    where: str
+    anchor: str | None
+    level: str
+    code: str
+    message: str
+    since: When | None
+    count: int
 
 
 @dataclass(frozen=True)
@@ -162,16 +191,65 @@ def _strip(trails: Mapping[str, Trail], uuid: str, now: datetime) -> tuple[Segme
     return tuple(segments(trails.get(uuid, ()), now))
 
 
-def _instance_card(linst: LedgerInstance, trails: Mapping[str, Trail], now: datetime) -> UnitCard:
+Found = Mapping[str, Sequence[Finding]]
+"""Each unit's own findings by its UUID, worst first (``findings_by_unit``)."""
+
+
+def findings_by_unit(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
+    """The findings about a GPU or MIG instance, by its UUID, worst first (the ledger's order
+    within a level); a finding about the node or a source (no GPU) is no unit's."""
+    by_unit: dict[str, list[Finding]] = {}
+    for f in sorted(findings, key=lambda f: -f.level):
+        if f.gpu:
+            by_unit.setdefault(f.gpu, []).append(f)
+    return by_unit
+
+
+def worst_of(findings: Iterable[Finding]) -> Level:
+    """The highest level among ``findings``, ``OK`` for none."""
+    return max((f.level for f in findings), default=Level.OK)
+
+
+STATE_TONES = {
+    GpuState.RESERVED_IDLE: Level.WARN,
+    GpuState.UNACCOUNTED: Level.BAD,
+    GpuState.UNKNOWN: Level.ERROR,
+}
+"""The level each state's colour already says (the page draws WARN in reserved-idle's amber,
+BAD in unaccounted's red, ERROR in unknown's violet); ``held``, ``free`` and ``mig`` say none."""
+
+
+def tone(state: GpuState, worst: Level) -> str:
+    """The colour a card takes from its worst finding: the level's, when it is worse than its
+    state's colour says (a held GPU with a WARN is amber, not green); else none, the state's."""
+    return worst.name.lower() if worst > STATE_TONES.get(state, Level.OK) else ""
+
+
+class _Own(NamedTuple):
+    findings: tuple[FindingRow, ...]
+    worst: str
+    tone: str
+
+
+def _own(found: Found, unit: LedgerUnit, now: datetime) -> _Own:
+    """A card's own findings, the name of their worst level, and the tone it gives the card."""
+    mine = found.get(unit.uuid, ())
+    worst = worst_of(mine)
+    rows = tuple(finding_rows(mine, lambda _: unit.label, now))
+    return _Own(rows, worst.name, tone(unit.state, worst))
+
+
+def _instance_card(
+    linst: LedgerInstance, trails: Mapping[str, Trail], now: datetime, found: Found
+) -> UnitCard:
     i = linst.instance
     ids = (
         ""
         if i.gpu_instance_id is None
         else f" (GI {i.gpu_instance_id}, CI {i.compute_instance_id})"
     )
-    anchor = f"gpu-{linst.card_index}-{i.gpu_instance_id}-{i.compute_instance_id}"
     return UnitCard(
-        anchor=anchor if i.gpu_instance_id is not None else f"gpu-{linst.card_index}-{i.uuid}",
+        anchor=unit_anchor(linst),
         title=f"MIG {i.profile or '?'}{ids}",
         label=linst.label,
         name=i.uuid,
@@ -181,6 +259,7 @@ def _instance_card(linst: LedgerInstance, trails: Mapping[str, Trail], now: date
         reservation=owner(linst.reservation),
         tenants=tuple(tenant_row(t) for t in linst.tenants),
         strip=_strip(trails, linst.uuid, now),
+        **_own(found, linst, now)._asdict(),
     )
 
 
@@ -191,10 +270,13 @@ def _mig_note(lgpu: LedgerGpu) -> str | None:
     return f"MIG is turned {'on' if gpu.mig_pending else 'off'} at the card's next reset."
 
 
-def gpu_card(lgpu: LedgerGpu, trails: Mapping[str, Trail], now: datetime) -> UnitCard:
-    """A GPU's card, its MIG instances' cards inside."""
+def gpu_card(
+    lgpu: LedgerGpu, trails: Mapping[str, Trail], now: datetime, found: Found | None = None
+) -> UnitCard:
+    """A GPU's card, its MIG instances' cards inside, each with its own findings (``found``)."""
+    found = found or {}
     return UnitCard(
-        anchor=f"gpu-{lgpu.gpu.index}",
+        anchor=unit_anchor(lgpu),
         title=f"GPU {lgpu.gpu.index}",
         label=lgpu.label,
         name=lgpu.gpu.name,
@@ -204,8 +286,9 @@ def gpu_card(lgpu: LedgerGpu, trails: Mapping[str, Trail], now: datetime) -> Uni
         reservation=owner(lgpu.reservation),
         tenants=tuple(tenant_row(t) for t in lgpu.tenants),
         strip=_strip(trails, lgpu.uuid, now),
-        instances=tuple(_instance_card(i, trails, now) for i in lgpu.instances),
+        instances=tuple(_instance_card(i, trails, now, found) for i in lgpu.instances),
         note=_mig_note(lgpu),
+        **_own(found, lgpu, now)._asdict(),
     )
 
 
@@ -213,6 +296,43 @@ def _gpu_of(ledger: Ledger) -> Callable[[Finding], str]:
     """A finding's GPU or MIG instance as the page names it (``GPU 1 MIG 1g.18gb …``)."""
     labels = {unit.uuid: unit.label for unit in ledger.units()}
     return lambda f: labels.get(f.gpu, f.gpu) if f.gpu else "-"
+
+
+def attention(ledger: Ledger, now: datetime) -> list[Attention]:
+    """What the page's head names: every GPU, MIG instance or other subject (the node, a
+    device the driver does not list) with findings, by its worst finding, worst first; the
+    first is the page's worst."""
+    units = {unit.uuid: unit for unit in ledger.units()}
+    groups: dict[str | None, list[Finding]] = {}
+    for f in sorted(ledger.findings, key=lambda f: -f.level):
+        groups.setdefault(f.gpu, []).append(f)
+    found = []
+    for gpu, group in groups.items():
+        unit = units.get(gpu) if gpu else None
+        where = unit.label if unit else gpu or "the node"
+        first = group[0]
+        found.append(
+            Attention(
+                where=where,
+                anchor=unit_anchor(unit) if unit else None,
+                level=first.level.name,
+                code=first.code.value,
+                message=first.message,
+                since=when(first.since, now) if first.since else None,
+                count=len(group),
+            )
+        )
+    return sorted(found, key=lambda a: -Level[a.level])
+
+
+def unit_anchor(unit: LedgerUnit) -> str:
+    """The id of a unit's card: ``gpu-0``; ``gpu-1-9-0`` for a MIG instance (card, GI, CI)."""
+    if isinstance(unit, LedgerGpu):
+        return f"gpu-{unit.gpu.index}"
+    i = unit.instance
+    if i.gpu_instance_id is None:
+        return f"gpu-{unit.card_index}-{i.uuid}"
+    return f"gpu-{unit.card_index}-{i.gpu_instance_id}-{i.compute_instance_id}"
 
 
 def finding_rows(
@@ -245,6 +365,12 @@ def source_rows(sources: Mapping[SourceName, SourceStatus]) -> list[SourceRow]:
     return rows
 
 
+def no_gpu_sentence(gpu: SourceStatus | None) -> str:
+    """What the page says where it has no card (``views.table.no_gpu_reason``, as a sentence)."""
+    reason = no_gpu_reason(gpu)
+    return reason[0].upper() + reason[1:] + "."
+
+
 def state_counts(units: Iterable[LedgerUnit]) -> list[tuple[str, int]]:
     """How many GPUs and MIG instances are in each state, in the states' order, zeros left out."""
     counts = dict.fromkeys(GpuState, 0)
@@ -266,6 +392,8 @@ def render_node(snap: Snapshot, refresh: bool = True) -> bytes:
     now = ledger.at
     trails = snap.history.trails
     every = refresh_seconds(snap.interval)
+    found = findings_by_unit(ledger.findings)
+    heads = attention(ledger, now)
     page = (
         environment()
         .get_template("node.html.j2")
@@ -280,7 +408,10 @@ def render_node(snap: Snapshot, refresh: bool = True) -> bytes:
             sources=source_rows(ledger.sources),
             history_error=snap.history_error,
             counts=state_counts(ledger.units()),
-            cards=[gpu_card(lgpu, trails, now) for lgpu in ledger.gpus],
+            cards=[gpu_card(lgpu, trails, now, found) for lgpu in ledger.gpus],
+            no_gpu=no_gpu_sentence(ledger.sources.get(SourceName.GPU)),
+            attention=heads[:HEAD_LIMIT],
+            more_attention=max(0, len(heads) - HEAD_LIMIT),
             findings=finding_rows(ledger.findings, _gpu_of(ledger), now),
             endpoints=ENDPOINTS,
         )

@@ -5,7 +5,16 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from gpuledger.model import AllocRef, Finding, Ledger, LedgerGpu, LedgerInstance, Tenant
+from gpuledger.model import (
+    AllocRef,
+    Finding,
+    Ledger,
+    LedgerGpu,
+    LedgerInstance,
+    SourceName,
+    SourceStatus,
+    Tenant,
+)
 
 # Control characters (newlines included: a Nomad job name may hold one and would forge rows),
 # and the invisible marks that reorder or break what a terminal shows: bidi embeddings,
@@ -19,6 +28,11 @@ def printable(text: str) -> str:
     """Escape what could drive the terminal or forge a row: ESC as ``\\x1b``, U+202E as
     ``\\u202e``, a newline as ``\\x0a``; a cell of a table is one line of plain characters."""
     return _CONTROL.sub(_escaped, text)
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """A count and its noun in the number it takes: ``1 finding``, ``2 findings``."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -109,6 +123,19 @@ def _unit_name(linst: LedgerInstance) -> str:
     return f"{linst.card_index}:{i.profile or '?'}{ids}"
 
 
+def no_gpu_reason(gpu: SourceStatus | None) -> str:
+    """Why a ledger has no GPU: the driver was read and lists none, or it was not read (the
+    source failed, with its reason; turned off). Never "none" for a driver nobody read."""
+    if gpu is None:
+        return "the GPU source was not read this tick"
+    if not gpu.enabled:
+        return "the GPU source is turned off: the driver was not read"
+    if gpu.failing:
+        hint = f" ({gpu.hint})" if gpu.hint else ""
+        return printable(f"the GPU source failed, so no GPU is known: {gpu.error}{hint}")
+    return "the driver lists no GPU"
+
+
 def render_ledger(ledger: Ledger) -> str:
     """The ledger as a table, then its sources and findings."""
     lines = [
@@ -128,7 +155,7 @@ def render_ledger(ledger: Ledger) -> str:
     if ledger.gpus:
         lines.extend(columns(rows))
     else:
-        lines.append("no GPU could be read")
+        lines.append(no_gpu_reason(ledger.sources.get(SourceName.GPU)))
     lines += [
         printable(
             f"reserved, but the driver lists no such device: {d.uuid} by {_owner(d.reservation)}"
@@ -161,7 +188,7 @@ def render_findings(ledger: Ledger) -> str:
     rows = [["LEVEL", "CODE", "GPU", "MESSAGE"], *(_finding_row(f, index) for f in ledger.findings)]
     lines = columns(rows)
     lines.append(
-        f"{len(ledger.findings)} findings on {printable(ledger.node.name)} "
+        f"{counted(len(ledger.findings), 'finding')} on {printable(ledger.node.name)} "
         f"(worst: {ledger.worst.name})"
     )
     return "\n".join(lines) + "\n"
