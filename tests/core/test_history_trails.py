@@ -74,6 +74,17 @@ def test_a_gpu_gone_takes_its_trail_and_one_the_driver_did_not_list_is_unknown()
     assert h.trails[A] == (change(0, HELD), change(30, UNKNOWN))
 
 
+def test_a_driver_unread_after_a_gap_keeps_the_trails_and_draws_the_downtime() -> None:
+    h = run([(0, ledger(gpu(A, HELD, TRAIN))), (15, ledger(gpu(A, HELD, TRAIN)))])
+    driver_down = {**ALL_UP, SourceName.GPU: SourceStatus.failed("nvidia-smi: not found")}
+    # The controller was down an hour, and its first tick back could not read the driver.
+    h = run([(3615, ledger(sources=driver_down))], start=h)
+    assert h.trails[A] == (change(0, HELD), change(15, None), change(3615, UNKNOWN))
+    assert h.gpus[A].state is UNKNOWN
+    assert h.gpus[A].since == T0 + timedelta(seconds=3615)  # the gap restarted its since-when
+    assert h.gpus[A].interrupted is None  # and there is nothing to resume after a gap
+
+
 def test_a_clock_that_went_back_voids_what_was_written_later() -> None:
     held, idle = ledger(gpu(A, HELD, TRAIN)), ledger(gpu(A, IDLE, TRAIN))
     h = run([(0, held), (30, idle), (20, held)])

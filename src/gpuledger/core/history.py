@@ -90,12 +90,13 @@ def advance(
         gpus[uuid] = _mark(marks.get(uuid), unit, policy, ledger, at, window)
     gpu_source = ledger.sources.get(SourceName.GPU)
     if gpu_source is not None and gpu_source.failing:
-        # The driver was not read: the GPUs it listed before are unknown, not gone.
-        for uuid, mark in marks.items():
+        # The driver was not read: the GPUs it listed before are unknown, not gone. After a
+        # gap too: their since-whens restart, but they keep their trails (and the downtime).
+        for uuid, mark in history.gpus.items():
             if uuid not in gpus:
                 key = (uuid, GpuState.UNKNOWN)
                 state_seconds[key] = state_seconds.get(key, 0.0) + seconds
-                gpus[uuid] = _unknown(mark, mark.alloc, at)
+                gpus[uuid] = _unknown(marks.get(uuid), mark.alloc, at)
     if all_read:
         retired = {job for job, seen in job_seen.items() if at - seen > JOB_RETIREMENT}
         job_seconds = {job: s for job, s in job_seconds.items() if job not in retired}
