@@ -18,6 +18,7 @@ from gpuledger.errors import ExitCode
 from gpuledger.sim.consul_api import FakeConsul
 from gpuledger.sim.fleet_sim import FleetSim, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
+from gpuledger.views.table import counted
 
 FLEET_LISTEN = "127.0.0.1:9878"
 FLEET_INTERVAL = "5s"
@@ -90,7 +91,7 @@ def _watch(
         out,
         stop,
         drift_every,
-        lambda: f"{sim.drift(0.3)} nodes drifted",
+        lambda: f"{counted(sim.drift(0.3), 'node')} drifted",
         lambda url: _introduce(out, url, sim, sources, drift_every),
     )
 
