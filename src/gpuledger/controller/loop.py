@@ -118,9 +118,7 @@ class NodeController:
         self.attempt_s = attempt_timeout(interval) if attempt_s is None else attempt_s
         self.policy_error: PolicyError | None = None
         self.snapshot: Snapshot | None = None
-        self._stop, self._reload, self._wake, self._changed = (
-            threading.Event() for _ in range(4)
-        )
+        self._stop, self._reload, self._wake, self._changed = (threading.Event() for _ in range(4))
         self._last_start: float | None = None
         self._failing: dict[SourceName, str] = {}
         self._history_failing = False
