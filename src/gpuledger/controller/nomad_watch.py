@@ -13,7 +13,8 @@ from the last answer's. What a blocking-query client must handle:
   watch: the next request waits until an interval after the last began, so it polls at the
   interval, never in a busy loop. That is said once in the log and in ``notes`` (``/healthz``).
 - **Failures.** A failed request (an error, a 500 during the wait, a body cut short, an answer
-  too stale) is retried after a back-off that doubles from ``RETRY_BASE_S`` up to the interval.
+  too stale) is retried, as a plain read, after a back-off that doubles from ``RETRY_BASE_S``
+  up to the interval.
   The loop trusts the watch's view only while it is healthy (``view``): the last request
   worked, the one in flight has not outlived its attempt timeout, and the view is younger than
   ``resync``; otherwise the tick reads Nomad itself as it always has, and fails as it always
@@ -285,7 +286,10 @@ class NomadWatch:
         state = self.state
         if state.error is None or state.error.message != exc.message:
             log.warning("nomad_watch.failed", error=exc.message, hint=exc.hint)
-        self.state = replace(state, asked_at=None, error=exc, failures=state.failures + 1)
+        # The retry is a plain read: its answer, at once, says whether Nomad is back (a
+        # blocking one would leave the view untrusted for a whole wait), and a change missed
+        # meanwhile is in it.
+        self.state = replace(state, index=0, asked_at=None, error=exc, failures=state.failures + 1)
 
     def _backoff(self, failures: int) -> float:
         """0.5 s, 1 s, 2 s … after the first, second, third failure in a row; at most the
