@@ -15,6 +15,7 @@ request an interval and watching none.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from gpuledger.sim.world import World
+from integration.runtimes import missing
 from integration.test_serve import (
     IDLE_GPU,
     Serve,
@@ -261,3 +263,33 @@ def test_the_token_rotated_while_a_query_blocks_is_the_next_requests(
     seen = change_seen(serve, world, GPU0, "unaccounted", "notebook-ana", "train-llm")
     assert seen <= CHANGE_VISIBLE_S
     assert serve.events("nomad_watch.failed") == []
+
+
+def test_promtool_finds_nothing_to_lint_in_the_watchs_metrics(
+    world: World, start: StartServe
+) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        missing("promtool not found: apt-get install prometheus")
+    assert promtool is not None
+    serve = start(interval="2s")
+    serve.ready()
+    blocked(world)
+    body = serve.get("/metrics").text
+    for family in (
+        "gpuledger_nomad_watch_index",
+        "gpuledger_nomad_view_age_seconds",
+        "gpuledger_nomad_watch_restarts_total",
+        "gpuledger_nomad_requests_total",
+        "gpuledger_nomad_response_bytes_total",
+    ):
+        assert f"\n{family}" in body, family
+    run = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=body,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
