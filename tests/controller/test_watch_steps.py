@@ -173,7 +173,8 @@ def test_a_failed_wait_is_retried_with_a_back_off_that_doubles_up_to_the_interva
     assert clock.sleeps == [0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
     assert w.view(NODE) is None  # failing: the tick reads Nomad itself
     # Each retry is a plain read: its answer, at once, tells whether Nomad is back.
-    assert all(asked == (0, None) for asked in _lister.asked[1:])
+    assert _lister.asked[1] == (10, WAIT)
+    assert all(asked == (0, None) for asked in _lister.asked[2:])
     w.step()
     assert w.view(NODE) == (A1,) and w.state.failures == 0
 
