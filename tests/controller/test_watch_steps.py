@@ -300,3 +300,19 @@ def test_resync_and_wait_are_within_what_nomad_honours() -> None:
         resync_s=7200,
     )
     assert w.wait_s == 300.0
+
+
+def test_an_answer_for_a_node_the_loop_left_meanwhile_is_dropped() -> None:
+    w, lister, _clock, changes = watch([Answer()])
+    w.step()
+    moved = type(w.state)(node_id="node-2", allocations=())
+
+    def moving(node_id: str, index: int = 0, wait_s: float | None = None) -> NodeAllocs:
+        w.state = moved  # what follow() does from the loop's thread while this one blocks
+        return NodeAllocs(
+            node_id, (A1, A2), QueryMeta(index=11, known_leader=True, last_contact=None)
+        )
+
+    lister.list_allocations = moving  # type: ignore[method-assign]
+    w.step()
+    assert w.state is moved and changes == []

@@ -211,7 +211,7 @@ class NomadWatch:
             f"the watch on Nomad's allocations crashed ({type(exc).__name__}) and was restarted",
             "report this with the log's nomad_watch.crashed event",
         )
-        self._failed(error, self.clock.monotonic())
+        self._failed(error)
         if self._lister is not None:
             self._lister.close()
         self._lister = None
@@ -231,15 +231,14 @@ class NomadWatch:
         limit = self.attempt_s
         if wait_s is not None:
             limit = attempt_timeout(self._wait, timedelta(seconds=self.attempt_s))
-        self.state = replace(state, asked_at=asked, attempt_s=limit)
+        if not self._publish(node_id, replace(state, asked_at=asked, attempt_s=limit)):
+            return
         try:
             listed = self._lister.list_allocations(node_id, state.index, wait_s)
         except SourceError as exc:
-            self._failed(exc, asked)
+            self._failed(exc)
             self._pause(self._backoff(self.state.failures))
             return
-        if self.state.node_id != node_id:
-            return  # the loop moved to another node while this one blocked
         polling = self._answered(state, listed, asked)
         if polling is not None:
             self._pause(asked + self.interval_s - self.clock.monotonic())
@@ -258,9 +257,8 @@ class NomadWatch:
             )
         if step.reset:
             log.warning("nomad_watch.index_reset", was=before.index, now=listed.index)
-        self._say_polling(before.polling, polling)
         changed = listed.allocations != before.allocations
-        self.state = replace(
+        after = replace(
             before,
             allocations=listed.allocations,
             index=step.next_index,
@@ -270,6 +268,9 @@ class NomadWatch:
             failures=0,
             polling=polling,
         )
+        if not self._publish(before.node_id, after):
+            return None  # the loop moved to another node while this one blocked
+        self._say_polling(before.polling, polling)
         if before.error is not None:
             log.info("nomad_watch.recovered")
         if changed:
@@ -282,14 +283,23 @@ class NomadWatch:
         elif now is None and was is not None:
             log.info("nomad_watch.watching")
 
-    def _failed(self, exc: SourceError, asked: float) -> None:
+    def _publish(self, node_id: str | None, state: WatchState) -> bool:
+        """Swap ``state`` in, unless the loop moved to another node meanwhile (``follow``)."""
+        with self._lock:
+            if self.state.node_id != node_id:
+                return False
+            self.state = state
+            return True
+
+    def _failed(self, exc: SourceError) -> None:
         state = self.state
         if state.error is None or state.error.message != exc.message:
             log.warning("nomad_watch.failed", error=exc.message, hint=exc.hint)
         # The retry is a plain read: its answer, at once, says whether Nomad is back (a
         # blocking one would leave the view untrusted for a whole wait), and a change missed
         # meanwhile is in it.
-        self.state = replace(state, index=0, asked_at=None, error=exc, failures=state.failures + 1)
+        failed = replace(state, index=0, asked_at=None, error=exc, failures=state.failures + 1)
+        self._publish(state.node_id, failed)
 
     def _backoff(self, failures: int) -> float:
         """0.5 s, 1 s, 2 s … after the first, second, third failure in a row; at most the
