@@ -185,6 +185,8 @@ def fault_then_change(serve: Serve, world: World, fault: str) -> None:
     assert change_seen(serve, world, IDLE_GPU, "free", "notebook-ana") <= CHANGE_VISIBLE_S
     assert nomad_up(serve)
     assert serve.get("/healthz").text == "ok\n"
+    # Within the retry budget: the watch's failure was never the Nomad source's.
+    assert [e for e in serve.events("source.read_failed") if e["source"] == "nomad"] == []
 
 
 def test_a_wait_answered_with_a_500_is_retried_and_the_watch_recovers(
