@@ -39,7 +39,7 @@ def test_the_flags_given_are_the_ones_used() -> None:
     ("argv", "words"),
     [
         (["--nomad-resync", "1s"], "--nomad-resync 1s: at least 2s"),
-        (["--nomad-max-stale", "soon"], "'soon' is not a duration"),
+        (["--nomad-max-stale", "soon"], "argument --nomad-max-stale: 'soon'"),
     ],
 )
 def test_a_watch_flag_that_cannot_be_used_is_a_usage_error(argv: list[str], words: str) -> None:
