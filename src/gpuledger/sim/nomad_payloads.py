@@ -18,6 +18,7 @@ __all__ = [
     "ClusterView",
     "agent_self",
     "allocation",
+    "allocation_stub",
     "device_groups",
     "node",
 ]
@@ -206,6 +207,31 @@ def allocation(spec: Mapping[str, Any], node_id: str, node_name: str, index: int
         "CreateTime": now_ns,
         "ModifyTime": now_ns,
     }
+
+
+_STUB_FIELDS = (
+    "ID", "EvalID", "Name", "Namespace", "NodeID", "NodeName", "JobID", "TaskGroup",
+    "DesiredStatus", "DesiredDescription", "ClientStatus", "ClientDescription",
+    "DesiredTransition", "TaskStates", "DeploymentStatus", "FollowupEvalID", "NextAllocation",
+    "RescheduleTracker", "PreemptedAllocations", "PreemptedByAllocation", "CreateIndex",
+    "ModifyIndex", "CreateTime", "ModifyTime",
+)  # fmt: skip
+
+
+def allocation_stub(
+    alloc: Mapping[str, Any], *, resources: bool = False, task_states: bool = True
+) -> dict[str, Any]:
+    """An ``AllocListStub`` of a full allocation (``Allocation.Stub``, nomad/structs at v1.6.5):
+    the job's type and version instead of the job, ``AllocatedResources`` only when asked
+    (``resources=true``), ``TaskStates`` unless ``task_states=false``."""
+    stub = {key: alloc.get(key) for key in _STUB_FIELDS}
+    stub["JobType"] = alloc["Job"]["Type"]
+    stub["JobVersion"] = alloc["Job"]["Version"]
+    if resources:
+        stub["AllocatedResources"] = alloc["AllocatedResources"]
+    if not task_states:
+        stub["TaskStates"] = None
+    return stub
 
 
 def node(
