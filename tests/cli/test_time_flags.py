@@ -18,6 +18,8 @@ TIME_TYPES = {types.duration: "duration", types.instant: "instant", types.since:
 TIME_FLAGS = [
     (["serve"], "--interval", "duration"),
     (["serve"], "--timeout", "duration"),
+    (["serve"], "--nomad-resync", "duration"),
+    (["serve"], "--nomad-max-stale", "duration"),
     (["ls"], "--timeout", "duration"),
     (["check"], "--timeout", "duration"),
     (["fleet", "serve"], "--interval", "duration"),
