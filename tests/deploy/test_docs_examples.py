@@ -2,8 +2,9 @@
 
 - A ``console`` example (``$ command`` and what it prints) runs the real command on the input
   its page gives and must print what the page shows (``…`` or ``...`` stands for the rest of
-  a line): ``policy check`` and ``policy test`` here; ``gpuledger ls`` of the MIG demo is the
-  golden table ``tests/cli/test_golden.py`` pins.
+  a line): ``policy check`` and ``policy test``, and ``fleet ls`` over the simulated cluster of
+  ``gpuledger demo --fleet`` (its ports and instants masked); ``gpuledger ls`` of the MIG demo
+  is the golden table ``tests/cli/test_golden.py`` pins.
 - An ``sh`` or ``shell`` example runs in bash, ``set -euo pipefail``, as written. What needs a
   cluster cannot run here, so it is checked as far as it can be without one: each
   ``gpuledger`` line is taken by gpuledger's own parser (a renamed flag or a bad duration
@@ -28,6 +29,9 @@ import hcl2
 import pytest
 
 from gpuledger.cli import build_parser, main
+from gpuledger.sim.consul_api import FakeConsul
+from gpuledger.sim.fleet_sim import FleetSim, mixed_nodes
+from gpuledger.sim.nomad_api import FakeNomad
 from tests.deploy.docs_site import DOCS
 from tests.paths import GOLDEN, REPO
 from tests.policy.test_policy_check import SEEDED
@@ -246,3 +250,45 @@ def test_the_mig_page_shows_the_golden_table_of_the_mig_demo() -> None:
     assert len(table) == len(shown)
     for line, printed in zip(shown, table, strict=True):
         assert shown_as(line, printed.rstrip()), f"{line!r} is not\n{printed!r}"
+
+
+MASKS = (
+    (re.compile(r"(\d+\.\d+\.\d+\.\d+):\d+"), r"\1:PORT"),  # every run draws its ports
+    (re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+Z"), "TIME"),  # a stale node's last tick: an hour ago
+    (re.compile(r"\b60m\d\ds ago"), "60mNNs ago"),  # and the seconds the test took since
+)
+
+
+def _cells(line: str) -> list[str]:
+    """A table row's cells (two blanks or more apart), what differs from run to run masked."""
+    for pattern, mask in MASKS:
+        line = pattern.sub(mask, line)
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_fleet_ls_prints_the_table_the_fleet_page_shows_of_the_demo_fleet(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``gpuledger demo --fleet``'s cluster, as demo_fleet.py builds it, read through Consul:
+    the same nodes, statuses, counts, findings and reasons, the same jobs and totals."""
+    ((command, shown),) = consoles("docs/fleet.md")
+    sim = FleetSim(mixed_nodes(healthy=8), own_addresses=True)
+    consul = FakeConsul(sim.consul_entries)
+    nomad = FakeNomad("00000000-0000-4000-8000-00000000f1ee", "nomad-server")
+    nomad.cluster = sim
+    with sim:
+        consul.start()
+        nomad.start()
+        try:
+            given = re.sub(r"--consul \S+", f"--consul {consul.url}", command)
+            code, out = run_cli(re.sub(r"--nomad-addr \S+", f"--nomad-addr {nomad.url}", given),
+                                tmp_path, monkeypatch)  # fmt: skip
+        finally:
+            nomad.stop()
+            consul.stop()
+    assert code == 0
+    printed = out.splitlines()
+    assert len(printed) == len(shown)
+    assert printed[0].startswith("fleet at ") and shown[0].startswith("fleet at ")
+    for line, got in zip(shown[1:], printed[1:], strict=True):
+        assert _cells(got) == _cells(line), f"the page shows\n{line}\nfleet ls printed\n{got}"
