@@ -292,3 +292,22 @@ def test_fleet_ls_prints_the_table_the_fleet_page_shows_of_the_demo_fleet(
     assert printed[0].startswith("fleet at ") and shown[0].startswith("fleet at ")
     for line, got in zip(shown[1:], printed[1:], strict=True):
         assert _cells(got) == _cells(line), f"the page shows\n{line}\nfleet ls printed\n{got}"
+
+
+# --------------------------------------------------------------------------- the README's links
+
+RELEASE_PAGE = "docs/release.md"
+"""The page of the release's install and verify steps, which the release's own change writes
+(issue 24, item 5); the README links it from the start."""
+
+
+def test_every_link_of_the_readme_and_contributing_names_a_file_of_the_checkout() -> None:
+    for page in ("README.md", "CONTRIBUTING.md"):
+        text = (REPO / page).read_text(encoding="utf-8")
+        links = re.findall(r"\]\(([^)#\s]+)[^)]*\)", text)
+        local = [link for link in links if "://" not in link]
+        assert local or page == "CONTRIBUTING.md"
+        missing = [link for link in local if not (REPO / link).exists()]
+        assert missing in ([], [RELEASE_PAGE] if page == "README.md" else []), (page, missing)
+    for picture in ("node-light", "node-dark", "fleet-light", "fleet-dark", "report"):
+        assert f"](docs/{picture}.png)" in (REPO / "README.md").read_text(encoding="utf-8")
