@@ -206,8 +206,11 @@ def test_a_task_on_a_gpu_it_did_not_reserve_is_alerted_then_resolved(
         "instance": stack.serve.url.removeprefix("http://"),
         "job": "gpuledger",
     }
+    # the GPU named by its index (from the node's gpuledger_gpu_info) and its UUID
+    (index,) = [g["index"] for g in load_scenario("demo")["gpus"] if g["uuid"] == STRAY["gpu"]]
     assert alert["annotations"]["summary"] == (
-        f"Job train-llm (research) runs on GPU {STRAY['gpu']} of {NODE}, which it did not reserve"
+        f"Job train-llm (research) runs on GPU {index} ({STRAY['gpu']}) of {NODE}, "
+        "which it did not reserve"
     )
 
     ended = time.monotonic()

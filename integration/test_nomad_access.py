@@ -618,8 +618,8 @@ def test_identity_on_an_agent_that_is_also_a_server_before_1_11_1(
     )
 
 
-def test_the_readme_section_shows_the_policy_file() -> None:
-    text = (REPO / "README.md").read_text()
+def test_the_docs_page_shows_the_policy_file() -> None:
+    text = (REPO / "docs" / "nomad-access.md").read_text()
     (shown,) = [
         block
         for block in re.findall(r"```hcl\n(.*?)```", text, flags=re.DOTALL)

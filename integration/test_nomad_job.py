@@ -1,11 +1,11 @@
 """Each rendered job played as a Nomad client would play it, against the simulated node.
 
-The README's "Run it on Nomad" commands run in bash as written; ``nomad`` is recorded and then
-played by ``nomad_client`` (tests/), ``gpuledger`` is the release file run by the node's
-``/usr/bin/python3`` without any virtualenv, and ``scripts/build-release`` hands over the
-release the ``release`` fixture built with that same script. The job then runs on a simulated
-GPU node: its fake ``nvidia-smi`` on the agent's ``PATH``, the real ``/proc``, and the fake Nomad
-agent on ``127.0.0.1:4646``, where the job's token variant looks for it.
+The docs' "Run it on Nomad" commands (docs/nomad.md) run in bash as written; ``nomad`` is
+recorded and then played by ``nomad_client`` (tests/), ``gpuledger`` is the release file run by
+the node's ``/usr/bin/python3`` without any virtualenv, and ``scripts/build-release`` hands over
+the release the ``release`` fixture built with that same script. The job then runs on a
+simulated GPU node: its fake ``nvidia-smi`` on the agent's ``PATH``, the real ``/proc``, and the
+fake Nomad agent on ``127.0.0.1:4646``, where the job's token variant looks for it.
 
 Per job: the artifact is served from loopback and checked against ``-var checksum`` (a wrong
 one and the task never starts), every ``${…}`` is interpolated, the templates are rendered with
@@ -210,17 +210,18 @@ def play_node_controller(allocation: Allocation, world: World, cluster: Cluster)
     return dict(ledger)
 
 
-# --------------------------------------------------------------------------- the README's walk
+# --------------------------------------------------------------------------- the docs' walk
+
+NOMAD_PAGE = REPO / "docs" / "nomad.md"
+"""Run it on Nomad: build the release, render one's own jobs, run them."""
 
 
-def readme_blocks() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    section = text.split("\n## Run it on Nomad\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+def page_blocks() -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", NOMAD_PAGE.read_text(), flags=re.DOTALL)
 
 
 def run_block(block: str, folder: Path, release: Path) -> list[list[str]]:
-    """Run one README block in bash in ``folder`` (a checkout); the ``nomad`` commands it gave,
+    """Run one block of the page in bash in ``folder`` (a checkout); the ``nomad`` commands it gave,
     each as its argv after the shell's expansions."""
     calls = folder / "nomad-calls"
     calls.write_text("")
@@ -238,7 +239,7 @@ nomad() {{ {PYTHON} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" 
         timeout=120,
         check=False,
     )
-    assert run.returncode == 0, f"README block failed:\n{block}\n{run.stdout}\n{run.stderr}"
+    assert run.returncode == 0, f"docs/nomad.md block failed:\n{block}\n{run.stdout}\n{run.stderr}"
     return [json.loads(line) for line in calls.read_text().splitlines()]
 
 
@@ -264,18 +265,23 @@ def checkout(tmp_path: Path, release: Path) -> Path:
     return folder
 
 
-def test_the_readme_walk_runs_the_committed_system_job_and_then_ones_own(
+def test_the_docs_walk_builds_renders_ones_own_values_and_runs_them(
     checkout: Path, release: Path, world: World, place: Callable[..., list[Allocation]]
 ) -> None:
-    first, second = readme_blocks()[:2], readme_blocks()[2]
+    """The page's order: the release, then ``render`` with one's own artifact URL, then the
+    run; the committed job (its URL a placeholder) is never what it runs."""
+    blocks = page_blocks()
+    assert len(blocks) == 3, "docs/nomad.md: the release, your own values, the run"
     cluster = Cluster()
-    jobs = [
-        play_nomad(c, checkout, cluster) for b in first for c in run_block(b, checkout, release)
-    ]
+    calls = [c for b in blocks for c in run_block(b, checkout, release)]
+    assert all(c[-1] != "deploy/nomad/gpuledger.nomad.hcl" for c in calls), calls
+    jobs = [play_nomad(c, checkout, cluster) for c in calls]
     (job,) = [j for j in jobs if j is not None]
     assert job["label"] == "gpuledger"
+    assert (job["namespace"], the_arg(job, "--interval")) == ("ops", "20s")
+    assert sorted(p.name for p in (checkout / "my-jobs").iterdir()) == ["gpuledger.nomad.hcl"]
     assert (
-        cluster.variables[("default", "nomad/jobs/gpuledger")]["policy"]
+        cluster.variables[("ops", "nomad/jobs/gpuledger")]["policy"]
         == (REPO / "examples" / "policy" / "research.yaml").read_text()
     )
     (allocation,) = place(job, cluster)
@@ -284,21 +290,12 @@ def test_the_readme_walk_runs_the_committed_system_job_and_then_ones_own(
         assert allocation.argv[:2] == [PYTHON, str(allocation.task_dir / "local/gpuledger.pex")]
         # the research policy from the variable, then the one that finds idle GPUs at once
         play_node_controller(allocation, world, cluster)
-
-    own = [play_nomad(c, checkout, cluster) for c in run_block(second, checkout, release)]
-    (job,) = [j for j in own if j is not None]
-    assert (job["namespace"], the_arg(job, "--interval")) == ("ops", "20s")
-    assert sorted(p.name for p in (checkout / "my-jobs").iterdir()) == ["gpuledger.nomad.hcl"]
-    (allocation,) = place(job, cluster)
-    with running([allocation]):
-        play_node_controller(allocation, world, cluster)
     console_example(checkout, release)
 
 
 def console_example(folder: Path, release: Path) -> None:
-    """The README's example of a refused value: the command says what the README shows."""
-    text = (REPO / "README.md").read_text().split("\n## Run it on Nomad\n", 1)[1]
-    (block,) = re.findall(r"```console\n(.*?)```", text.split("\n## ", 1)[0], flags=re.DOTALL)
+    """The page's example of a refused value: the command says what the page shows."""
+    (block,) = re.findall(r"```console\n(.*?)```", NOMAD_PAGE.read_text(), flags=re.DOTALL)
     command, *shown = block.splitlines()
     words = shlex.split(command.removeprefix("$ "))
     assert words[0] == "gpuledger"

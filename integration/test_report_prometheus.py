@@ -146,18 +146,18 @@ def test_by_namespace_sums_the_namespace_s_jobs(
         assert float(rows[namespace]["held_hours"]) == pytest.approx(hours(held), abs=1e-6)
 
 
-def test_the_table_is_the_one_in_the_readme(
+def test_the_table_is_the_one_in_the_docs(
     prometheus: PrometheusServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The README shows this very report; the test fails when the two part."""
+    """The docs' report page shows this very report; the test fails when the two part."""
     code, out, _ = report(capsys, prometheus.url)
     assert code == 0
     shown = out.replace(prometheus.url, "http://prometheus:9090")
     lines = shown.splitlines()
     assert lines[0].startswith("GPU-hours from 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z")
     assert lines[3].split()[:2] == ["ml", "eval"]  # the most idle job first
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert shown in readme, "README's report table is stale: paste this run's table\n" + shown
+    page = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+    assert shown in page, "docs/report.md's table is stale: paste this run's table\n" + shown
 
 
 # ----------------------------------------------------------------------------- faults

@@ -22,6 +22,8 @@ from tests.paths import REPO
 SRC = REPO / "src" / "gpuledger"
 ARCHITECTURE = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
 README = (REPO / "README.md").read_text(encoding="utf-8")
+DOCS = "\n".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").rglob("*.md")))
+"""The docs site's pages (docs/), where the README's reference moved."""
 
 
 def _text(*folders: Path, glob: str = "*.py") -> str:
@@ -111,7 +113,7 @@ def _text_of(path: Path) -> str:
 def test_every_source_is_read_by_a_named_reader(source: SourceName) -> None:
     readers = _text(COLLECTORS, SRC / "controller", SRC / "core", SRC / "commands")
     assert f"SourceName.{source.name}" in readers, "a collector or loop that reads it"
-    assert f"`{source.value}`" in README + ARCHITECTURE, "the docs: what the source is"
+    assert f"`{source.value}`" in README + DOCS + ARCHITECTURE, "the docs: what the source is"
 
 
 # --------------------------------------------------------------------------- a page

@@ -51,7 +51,8 @@ from gpuledger.sim.nomad_api import FakeNomad
 from tests.fakes.nomad_acl import AclAccess, parse_policy
 from tests.paths import REPO
 
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "node-meta.md"
+"""The docs page of --publish-node-meta (once the README's section)."""
 DEPLOY = REPO / "deploy" / "nomad"
 
 NODE_ID = "0f6b5a3e-9a7c-4c1e-8d2b-7e4f1a2b3c4d"
@@ -412,11 +413,11 @@ def test_stop_clears_with_the_configured_node_before_any_ledger(fake: FakeNomad)
     assert [r.query for r in fake.requests if r.method == "GET"][-1] == f"node_id={NODE_ID}"
 
 
-# ------------------------------------------------------------------------------ the README
+# ------------------------------------------------------------------------------ the docs page
 
 
-def test_the_readme_shows_the_meta_policy_the_constraint_and_every_key() -> None:
-    text = README.read_text()
+def test_the_docs_page_shows_the_meta_policy_the_constraint_and_every_key() -> None:
+    text = PAGE.read_text()
     blocks = re.findall(r"```hcl\n(.*?)```", text, flags=re.DOTALL)
     (shown,) = [b for b in blocks if b.startswith("# deploy/nomad/gpuledger-meta.policy.hcl")]
     policy = DEPLOY / "gpuledger-meta.policy.hcl"

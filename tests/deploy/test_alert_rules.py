@@ -1,18 +1,23 @@
-"""deploy/prometheus/: the alerts the README's table lists, each tested both ways, and the
-Alertmanager example routing every severity they use. (promtool and amtool run them in
-integration/test_rules.py; .ci/run runs the mutation test.)"""
+"""deploy/prometheus/: the alerts the docs' table lists (docs/alerts.md), each tested both ways,
+each linking its runbook page of the built docs site, and the Alertmanager example routing every
+severity they use. (promtool and amtool run them in integration/test_rules.py; .ci/run runs the
+mutation test.)"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from tests.deploy.docs_site import DOCS, build_site, page_of, site_url
 from tests.paths import REPO
 
 HERE = REPO / "deploy/prometheus"
 SEVERITIES = {"critical", "warning", "info"}
+ANNOTATIONS = {"summary", "description", "runbook", "runbook_url"}
 ALERTS = {
     "GPULedgerSourceDown",
     "GPULedgerUnreservedTenant",
@@ -47,7 +52,7 @@ def test_every_alert_named_with_a_severity_a_summary_a_description_and_a_runbook
     assert set(alerts()) == ALERTS
     for name, rule in alerts().items():
         assert rule["labels"]["severity"] in SEVERITIES, name
-        assert set(rule["annotations"]) == {"summary", "description", "runbook"}, name
+        assert set(rule["annotations"]) == ANNOTATIONS, name
 
 
 def test_every_alert_has_a_case_that_fires_and_one_that_does_not() -> None:
@@ -59,7 +64,7 @@ def test_every_alert_has_a_case_that_fires_and_one_that_does_not() -> None:
                 cases[case["alertname"]].add(bool(case["exp_alerts"]))
                 for alert in case["exp_alerts"]:
                     # Annotations are compared exactly; every firing case gives all three.
-                    assert set(alert["exp_annotations"]) == {"summary", "description", "runbook"}
+                    assert set(alert["exp_annotations"]) == ANNOTATIONS
                     assert alert["exp_labels"]["severity"] in SEVERITIES
     assert {name: cases[name] for name in ALERTS} == {name: {True, False} for name in ALERTS}
 
@@ -88,3 +93,40 @@ def test_the_alertmanager_example_routes_each_severity_and_groups_by_node() -> N
     assert used == SEVERITIES
     assert routed == {s: f"gpuledger-{s}" for s in SEVERITIES}
     assert set(routed.values()) <= receivers
+
+
+# --------------------------------------------------------------------------- runbooks
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_every_alert_links_a_page_of_the_built_site_that_says_what_its_runbook_says(
+    tmp_path: Path,
+) -> None:
+    site = build_site(tmp_path / "site")
+    assert set(alerts()) == ALERTS
+    for name, rule in alerts().items():
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"{site_url()}runbooks/{name}/", name
+        page = page_of(url, site)
+        assert page is not None, f"{name}: {url} is no page of the built site"
+        assert f'<h1 id="{name.lower()}">{name}' in page.read_text(encoding="utf-8"), name
+        source = (DOCS / "runbooks" / f"{name}.md").read_text(encoding="utf-8")
+        assert _words(rule["annotations"]["runbook"]) in _words(source), name
+        assert _words(rule["expr"]) in _words(source), f"{name}: the page shows another rule"
+
+
+def test_a_url_outside_the_site_or_of_no_page_resolves_to_none(tmp_path: Path) -> None:
+    site = build_site(tmp_path / "site")
+    assert page_of(f"{site_url()}runbooks/GPULedgerHot/", site) is not None
+    assert page_of(f"{site_url()}runbooks/GPULedgerNoSuchAlert/", site) is None
+    assert page_of(f"{site_url()}../etc/passwd", site) is None
+    assert page_of("https://example.com/runbooks/GPULedgerHot/", site) is None
+
+
+@pytest.mark.parametrize("name", sorted(ALERTS))
+def test_the_alerts_table_links_the_runbook_of(name: str) -> None:
+    table = (DOCS / "alerts.md").read_text(encoding="utf-8")
+    assert f"| [`{name}`](runbooks/{name}.md) |" in table
