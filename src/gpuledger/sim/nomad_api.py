@@ -188,7 +188,9 @@ def _encoded(body: Any) -> tuple[bytes, str]:
     if isinstance(body, str):
         return body.encode(), "text/plain; charset=utf-8"
     # JSON already encoded (a large cluster's node list), or a value to encode.
-    return (body if isinstance(body, bytes) else json.dumps(body).encode()), "application/json"
+    return (
+        body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+    ), "application/json"
 
 
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
