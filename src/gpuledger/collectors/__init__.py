@@ -12,6 +12,8 @@ over the clients, the clients over TLS. Its modules:
 - ``runtimes``: container names and labels from Docker and Podman;
 - ``nomad_transport``: Nomad's settings and ``NomadApi``, the session (TLS, token, Task API
   socket) whose every failure is a ``SourceError``;
+- ``nomad_blocking``: Nomad's blocking queries: parameters, headers, index rules, wait and
+  jitter, staleness (pure, shared by every watcher);
 - ``nomad``: the node's allocations through that transport (``NomadReader``, ``parse_allocation``);
 - ``nomad_meta``: Nomad's dynamic node metadata, read and applied;
 - ``nomad_cluster``: the fleet's Nomad: every node and its GPUs, ``/v1/service/<name>``;
