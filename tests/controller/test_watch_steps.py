@@ -172,6 +172,9 @@ def test_a_failed_wait_is_retried_with_a_back_off_that_doubles_up_to_the_interva
     steps(w, 8)
     assert clock.sleeps == [0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
     assert w.view(NODE) is None  # failing: the tick reads Nomad itself
+    # Each retry is a plain read: its answer, at once, tells whether Nomad is back.
+    assert _lister.asked[1] == (10, WAIT)
+    assert all(asked == (0, None) for asked in _lister.asked[2:])
     w.step()
     assert w.view(NODE) == (A1,) and w.state.failures == 0
 
@@ -297,3 +300,19 @@ def test_resync_and_wait_are_within_what_nomad_honours() -> None:
         resync_s=7200,
     )
     assert w.wait_s == 300.0
+
+
+def test_an_answer_for_a_node_the_loop_left_meanwhile_is_dropped() -> None:
+    w, lister, _clock, changes = watch([Answer()])
+    w.step()
+    moved = type(w.state)(node_id="node-2", allocations=())
+
+    def moving(node_id: str, index: int = 0, wait_s: float | None = None) -> NodeAllocs:
+        w.state = moved  # what follow() does from the loop's thread while this one blocks
+        return NodeAllocs(
+            node_id, (A1, A2), QueryMeta(index=11, known_leader=True, last_contact=None)
+        )
+
+    lister.list_allocations = moving  # type: ignore[method-assign]
+    w.step()
+    assert w.state is moved and changes == []

@@ -13,7 +13,8 @@ from the last answer's. What a blocking-query client must handle:
   watch: the next request waits until an interval after the last began, so it polls at the
   interval, never in a busy loop. That is said once in the log and in ``notes`` (``/healthz``).
 - **Failures.** A failed request (an error, a 500 during the wait, a body cut short, an answer
-  too stale) is retried after a back-off that doubles from ``RETRY_BASE_S`` up to the interval.
+  too stale) is retried, as a plain read, after a back-off that doubles from ``RETRY_BASE_S``
+  up to the interval.
   The loop trusts the watch's view only while it is healthy (``view``): the last request
   worked, the one in flight has not outlived its attempt timeout, and the view is younger than
   ``resync``; otherwise the tick reads Nomad itself as it always has, and fails as it always
@@ -210,7 +211,7 @@ class NomadWatch:
             f"the watch on Nomad's allocations crashed ({type(exc).__name__}) and was restarted",
             "report this with the log's nomad_watch.crashed event",
         )
-        self._failed(error, self.clock.monotonic())
+        self._failed(error)
         if self._lister is not None:
             self._lister.close()
         self._lister = None
@@ -230,15 +231,14 @@ class NomadWatch:
         limit = self.attempt_s
         if wait_s is not None:
             limit = attempt_timeout(self._wait, timedelta(seconds=self.attempt_s))
-        self.state = replace(state, asked_at=asked, attempt_s=limit)
+        if not self._publish(node_id, replace(state, asked_at=asked, attempt_s=limit)):
+            return
         try:
             listed = self._lister.list_allocations(node_id, state.index, wait_s)
         except SourceError as exc:
-            self._failed(exc, asked)
+            self._failed(exc)
             self._pause(self._backoff(self.state.failures))
             return
-        if self.state.node_id != node_id:
-            return  # the loop moved to another node while this one blocked
         polling = self._answered(state, listed, asked)
         if polling is not None:
             self._pause(asked + self.interval_s - self.clock.monotonic())
@@ -257,9 +257,8 @@ class NomadWatch:
             )
         if step.reset:
             log.warning("nomad_watch.index_reset", was=before.index, now=listed.index)
-        self._say_polling(before.polling, polling)
         changed = listed.allocations != before.allocations
-        self.state = replace(
+        after = replace(
             before,
             allocations=listed.allocations,
             index=step.next_index,
@@ -269,6 +268,9 @@ class NomadWatch:
             failures=0,
             polling=polling,
         )
+        if not self._publish(before.node_id, after):
+            return None  # the loop moved to another node while this one blocked
+        self._say_polling(before.polling, polling)
         if before.error is not None:
             log.info("nomad_watch.recovered")
         if changed:
@@ -281,11 +283,23 @@ class NomadWatch:
         elif now is None and was is not None:
             log.info("nomad_watch.watching")
 
-    def _failed(self, exc: SourceError, asked: float) -> None:
+    def _publish(self, node_id: str | None, state: WatchState) -> bool:
+        """Swap ``state`` in, unless the loop moved to another node meanwhile (``follow``)."""
+        with self._lock:
+            if self.state.node_id != node_id:
+                return False
+            self.state = state
+            return True
+
+    def _failed(self, exc: SourceError) -> None:
         state = self.state
         if state.error is None or state.error.message != exc.message:
             log.warning("nomad_watch.failed", error=exc.message, hint=exc.hint)
-        self.state = replace(state, asked_at=None, error=exc, failures=state.failures + 1)
+        # The retry is a plain read: its answer, at once, says whether Nomad is back (a
+        # blocking one would leave the view untrusted for a whole wait), and a change missed
+        # meanwhile is in it.
+        failed = replace(state, index=0, asked_at=None, error=exc, failures=state.failures + 1)
+        self._publish(state.node_id, failed)
 
     def _backoff(self, failures: int) -> float:
         """0.5 s, 1 s, 2 s … after the first, second, third failure in a row; at most the
