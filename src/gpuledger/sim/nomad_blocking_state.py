@@ -320,6 +320,19 @@ class BlockingKnobs:
         with self.state.condition:
             return {endpoint: counts[1] for endpoint, counts in self.state.counts.items()}
 
+    def reset_index(self, index: int) -> None:
+        """The servers go back to ``index`` (the fake's own)."""
+        raise NotImplementedError
+
+    @property
+    def index(self) -> int:
+        """The cluster's Raft index now (every write raises it)."""
+        return self.state.index
+
+    def restore_snapshot(self, index: int | None = None) -> None:
+        """A Raft snapshot restored: the index goes back (to half of today's by default)."""
+        self.reset_index(max(1, self.index // 2) if index is None else index)
+
     def touch_nodes(self) -> None:
         """A node of the cluster changed (registered, status, drain, metadata): one write."""
         self.state.write("nodes")
