@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -170,15 +171,33 @@ def test_render_works_from_the_release(clean: Path) -> None:
     assert repo_job.read_text() in answer.stdout
 
 
-def test_a_build_with_a_key_that_is_missing_stops_at_once(tmp_path: Path) -> None:
+def key_pair(path: Path) -> Path:
+    keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)]
+    subprocess.run(keygen, check=True, capture_output=True, timeout=60)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("key", "code", "why"),
+    [
+        (lambda tmp: tmp / "no-such-key", 2, "no readable file there"),
+        (lambda tmp: key_pair(tmp / "other-key"), 1, "is not the key that deploy/release/"),
+    ],
+    ids=["missing", "not-the-projects"],
+)
+def test_a_build_with_a_key_it_cannot_use_stops_before_it_builds(
+    tmp_path: Path, key: Callable[[Path], Path], code: int, why: str
+) -> None:
+    given = key(tmp_path)
     answer = subprocess.run(
         [str(REPO / "scripts" / "build-release"), str(tmp_path / "out")],
-        env={**os.environ, "GPULEDGER_SIGNING_KEY": str(tmp_path / "no-such-key")},
+        env={**os.environ, "GPULEDGER_SIGNING_KEY": str(given)},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert answer.returncode == 2
-    assert f"GPULEDGER_SIGNING_KEY={tmp_path / 'no-such-key'}: no readable file" in answer.stderr
+    assert answer.returncode == code, answer.stderr
+    assert answer.stderr.startswith(f"scripts/build-release: GPULEDGER_SIGNING_KEY={given}")
+    assert why in answer.stderr
     assert list((tmp_path / "out").iterdir()) == []
