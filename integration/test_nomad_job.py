@@ -21,6 +21,7 @@ import fcntl
 import functools
 import http.server
 import json
+import platform
 import random
 import re
 import shlex
@@ -36,6 +37,7 @@ from typing import Any
 import pytest
 import requests
 
+from gpuledger import __version__
 from gpuledger.commands.render.values_file import merged_values
 from gpuledger.controller import history_file
 from gpuledger.sim.nomad_api import FakeNomad
@@ -64,6 +66,8 @@ RELEASE_URLS = (
     "https://releases.example.com/gpuledger/0.1.0/",
     "https://files.example.com/gpuledger/",
 )
+# The release file the jobs download (artifact.url): this machine's PEX.
+PEX = f"gpuledger-{__version__}-linux-{platform.machine()}.pex"
 IDLE_AT_ONCE = "version: 1\nfindings:\n  reserved-idle: {after: 0s}\n"
 WAIT_S = 60.0
 
@@ -154,7 +158,9 @@ def place(
 
 
 def checksum(release: Path) -> str:
-    return "sha256:" + (release / "SHA256SUMS").read_text().split()[0]
+    """From the release's SHA256SUMS, the digest of the PEX the jobs download."""
+    lines = (release / "SHA256SUMS").read_text().splitlines()
+    return "sha256:" + {name: digest for digest, name in (n.split("  ", 1) for n in lines)}[PEX]
 
 
 # --------------------------------------------------------------------------- what a run shows
@@ -227,7 +233,7 @@ def run_block(block: str, folder: Path, release: Path) -> list[list[str]]:
     calls.write_text("")
     prelude = f"""set -euo pipefail
 scripts/build-release() {{ mkdir -p dist/release && cp {release}/* dist/release/; }}
-gpuledger() {{ {PYTHON} dist/release/gpuledger-*.pex "$@"; }}
+gpuledger() {{ {PYTHON} dist/release/gpuledger-*-linux-$(uname -m).pex "$@"; }}
 nomad() {{ {PYTHON} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> {calls}; }}
 """
     run = subprocess.run(
@@ -299,9 +305,8 @@ def console_example(folder: Path, release: Path) -> None:
     command, *shown = block.splitlines()
     words = shlex.split(command.removeprefix("$ "))
     assert words[0] == "gpuledger"
-    (pex,) = release.glob("gpuledger-*.pex")
     answer = subprocess.run(
-        [PYTHON, str(pex), *words[1:]],
+        [PYTHON, str(release / PEX), *words[1:]],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -440,7 +445,7 @@ def test_the_fleet_job_plays_its_shards(
         subprocess.run(
             [
                 PYTHON,
-                str(next(release.glob("gpuledger-*.pex"))),
+                str(release / PEX),
                 "render",
                 "--output-dir",
                 str(out),

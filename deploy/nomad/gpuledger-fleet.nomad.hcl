@@ -52,7 +52,7 @@ job "gpuledger-fleet" {
       kill_timeout = "10s"
 
       artifact {
-        source      = "https://releases.example.com/gpuledger/0.1.0/gpuledger-0.1.0.pex"
+        source      = "https://releases.example.com/gpuledger/0.1.0/gpuledger-0.1.0-linux-x86_64.pex"
         destination = "local/gpuledger.pex"
         mode        = "file"
 

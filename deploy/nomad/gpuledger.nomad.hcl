@@ -60,7 +60,7 @@ job "gpuledger" {
       kill_timeout = "30s"
 
       artifact {
-        source      = "https://releases.example.com/gpuledger/0.1.0/gpuledger-0.1.0.pex"
+        source      = "https://releases.example.com/gpuledger/0.1.0/gpuledger-0.1.0-linux-x86_64.pex"
         destination = "local/gpuledger.pex"
         mode        = "file"
 

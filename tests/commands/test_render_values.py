@@ -69,7 +69,8 @@ def test_every_default_passes_the_schema_and_every_key_is_commented() -> None:
 def test_the_default_artifact_url_names_this_version() -> None:
     from gpuledger import __version__  # noqa: PLC0415
 
-    assert f"/{__version__}/gpuledger-{__version__}.pex" in merged_values([])["artifact"]["url"]
+    url = merged_values([])["artifact"]["url"]
+    assert url.endswith(f"/{__version__}/gpuledger-{__version__}-linux-x86_64.pex")
 
 
 # --------------------------------------------------------------------------- how Helm merges

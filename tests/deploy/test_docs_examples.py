@@ -43,7 +43,10 @@ SETUP = (
     "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest",
 )
 """The README's two set-up commands, its first lines."""
-RUN_ELSEWHERE = {"docs/nomad.md": "integration/test_nomad_job.py"}
+RUN_ELSEWHERE = {
+    "docs/nomad.md": "integration/test_nomad_job.py",
+    "docs/release.md": "integration/test_release_steps.py",
+}
 NOMAD_FLAGS = {
     ("acl", "policy", "apply"): {"-description", "-namespace", "-job", "-group", "-task"},
     ("acl", "token", "create"): {"-name", "-type", "-policy", "-global", "-ttl", "-role-id"},
