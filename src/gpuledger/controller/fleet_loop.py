@@ -56,7 +56,7 @@ from gpuledger.model.fleet_values import (
     Target,
 )
 from gpuledger.model.history_record import GAP_INTERVALS
-from gpuledger.model.snapshots import FleetSnapshot
+from gpuledger.model.snapshots import FleetSnapshot, FleetWatchStats
 from gpuledger.model.text import excerpt, is_text, text_of
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
@@ -78,6 +78,10 @@ class DiscoverySource:
     read: Callable[[], tuple[Target, ...]]
 
 
+def _no_watches() -> tuple[FleetWatchStats, ...]:
+    return ()
+
+
 @dataclass(frozen=True)
 class FleetConfig:
     """What a sweep reads, and how."""
@@ -91,6 +95,8 @@ class FleetConfig:
     stale_after: timedelta = timedelta(minutes=2)
     """The age of a last tick that makes a controller stale when it does not say its interval."""
     shard: Shard | None = None
+    watches: Callable[[], tuple[FleetWatchStats, ...]] = _no_watches
+    """The watches on Nomad as they stand (``fleet serve``; ``controller/fleet_watch.py``)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,7 @@ class FleetController:
     async def sweep(self, reader: LedgerReader) -> FleetSnapshot:
         """Discover, read Nomad and every controller, reconcile, publish."""
         started, at = self.clock.monotonic(), self.clock.now()
+        watches = self.config.watches()
         # Nomad's nodes are needed only to reconcile: read them while the ledgers are read.
         nodes = asyncio.ensure_future(self._desired())
         discovery = await self._discover()
@@ -159,7 +166,7 @@ class FleetController:
         if self._opened is not None:
             fleet, self._opened = date_findings(fleet, self._opened)
         snapshot = FleetSnapshot(
-            fleet, self.clock.monotonic() - started, self.interval, self.node_errors
+            fleet, self.clock.monotonic() - started, self.interval, self.node_errors, watches
         )
         self.snapshot = snapshot  # one attribute swap: readers see the old or the new, whole
         log.info(

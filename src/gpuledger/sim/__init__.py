@@ -11,6 +11,7 @@ gpuledger's outside itself (an import-linter contract): a fake shares no code wi
 - ``nomad_acls``: the fake Nomad's ACL strings, capabilities and token checks.
 - ``nomad_metadata``: the fake Nomad's dynamic node metadata (``/v1/client/metadata``).
 - ``fleet_sim``: a simulated fleet of node controllers served from one process.
+- ``fleet_nomad``: the simulated fleet's Nomad (``/v1/nodes``, ``/v1/service``), blocking.
 - ``fleet_payloads``: what the fleet's nodes answer (the ledger) and Consul's and Nomad's views.
 - ``consul_api``: a fake Consul agent's health API.
 """
