@@ -9,10 +9,11 @@ that died is started again and counted (``gpuledger_nomad_watch_restarts_total``
 
 The rules are ``collectors/nomad_blocking``'s; each ``step`` is one request and says how long to
 pause before the next, so the tests drive it on a fake clock without a thread. Pauses: none
-while blocking queries block; the interval when the server does not block (a 0 or missing index,
-or the same index answered at once: a proxy) or fails (exponential from one second, capped at
-the interval); and after two quick changes, a token bucket (Consul's "Rate limit": a burst of 2,
-then one change a interval), so a churning cluster degrades into polling, never a busy loop.
+while blocking queries block; the interval when the server does not block (a 0 or missing
+index, or the same index answered at once: a proxy) or fails (exponential from one second,
+capped at the interval, each retry a plain read that answers at once); and after two quick
+changes, a token bucket (Consul's "Rate limit": a burst of 2, then one change an interval), so
+a churning cluster degrades into polling, never a busy loop.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class NomadWatch(Generic[T]):
         self._failing_since: float | None = None
         self._error: SourceError | None = None
         self._leaderless: float | None = None
+        self._relist = self._said_polling = False
         self._tokens, self._tokens_at = 2.0, clock.monotonic()
 
     # ---------------------------------------------------------------- one request
@@ -107,7 +109,10 @@ class NomadWatch(Generic[T]):
     def step(self) -> float:
         """One request and what it means; the seconds to pause before the next."""
         s = self.settings
-        read = BlockingRead(self.index, s.wait, attempt_timeout(s.wait, MARGIN), s.consistent)
+        # After a failure, a plain read: an answer at once says Nomad is back (a query that
+        # blocks could say so only at its next change or after its whole wait).
+        index = 0 if self._relist else self.index
+        read = BlockingRead(index, s.wait, attempt_timeout(s.wait, MARGIN), s.consistent)
         began = self.clock.monotonic()
         try:
             answer = self._fetch(read)
@@ -121,7 +126,7 @@ class NomadWatch(Generic[T]):
         stale = stale_reason(answer.meta, s.stale_bound, self._leaderless, now)
         if stale is not None:
             return self._failed(SourceError(SourceName.NOMAD, stale, STALE_HINT))
-        step = index_step(self.index, answer.meta, now - began, s.wait)
+        step = index_step(index, answer.meta, now - began, s.wait)
         if step.reset:
             log.warning("nomad.watch_index_reset", endpoint=self.endpoint, was=self.index,
                         now=answer.meta.index)  # fmt: skip
@@ -134,9 +139,10 @@ class NomadWatch(Generic[T]):
             self._publish(value, now, decoded=True)
         else:
             self._publish(None, now, decoded=False)
-        self.index = step.next_index
-        self._mode(step.blocking)
-        if not step.blocking:
+        self.index, self._relist = step.next_index, False
+        if not step.changed or not step.blocking:
+            self._mode(step.blocking)  # a change answered at once proves nothing either way
+        if not self.watching:
             return s.interval
         return self._paced(now) if step.changed and read.index > 0 else 0.0
 
@@ -156,6 +162,7 @@ class NomadWatch(Generic[T]):
                 log.warning("nomad.watch_failed", endpoint=self.endpoint, error=err.message,
                             hint=err.hint)  # fmt: skip
             self._failures += 1
+            self._relist = True
             if self._failing_since is None:
                 self._failing_since = self.clock.monotonic()
             self._error = err
@@ -167,7 +174,8 @@ class NomadWatch(Generic[T]):
         if blocking != self.watching:
             if blocking:
                 log.info("nomad.watching", endpoint=self.endpoint)
-            else:
+            elif not self._said_polling:
+                self._said_polling = True
                 log.warning("nomad.watch_polling", endpoint=self.endpoint,
                             why="Nomad answered without blocking (a 0 or missing X-Nomad-Index, "
                             "or at once at the same index: an old agent or a proxy)",
