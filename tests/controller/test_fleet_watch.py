@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from gpuledger.collectors.nomad_blocking import QueryMeta
 from gpuledger.collectors.nomad_cluster import Blocked, BlockingRead
-from gpuledger.controller.fleet_watch import NomadWatch, WatchSettings
+from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings
 from gpuledger.errors import SourceError, SourceName
 
 INTERVAL = 30.0
@@ -72,7 +72,7 @@ class Endpoint:
 
 def watch(
     endpoint: Endpoint, settings: WatchSettings = SETTINGS
-) -> tuple[NomadWatch[bytes], list[bytes]]:
+) -> tuple[FleetWatch[bytes], list[bytes]]:
     decoded: list[bytes] = []
 
     def decode(body: bytes) -> bytes:
@@ -82,12 +82,12 @@ def watch(
         decoded.append(body)
         return body
 
-    return NomadWatch("/v1/nodes", lambda: (endpoint.fetch, decode), settings, endpoint.clock), (
+    return FleetWatch("/v1/nodes", lambda: (endpoint.fetch, decode), settings, endpoint.clock), (
         decoded
     )
 
 
-def run_for(w: NomadWatch[bytes], clock: WatchClock, seconds: float,
+def run_for(w: FleetWatch[bytes], clock: WatchClock, seconds: float,
             each: Callable[[], None] = lambda: None) -> None:  # fmt: skip
     end = clock.t + seconds
     for _ in range(10_000):  # a watch that never pauses would loop here: a failure, not a hang
@@ -261,7 +261,7 @@ def test_a_dead_thread_is_started_again_and_counted(clock: WatchClock) -> None:
         return endpoint.fetch(read)
 
     sessions = iter([(broken, bytes), (held, bytes)])
-    w: NomadWatch[bytes] = NomadWatch("/v1/nodes", lambda: next(sessions), SETTINGS, clock)
+    w: FleetWatch[bytes] = FleetWatch("/v1/nodes", lambda: next(sessions), SETTINGS, clock)
     with capture_logs() as logs:
         w.start()
         assert w._thread is not None

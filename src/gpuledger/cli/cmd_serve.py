@@ -26,6 +26,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --publish-node-meta: unset those keys on SIGTERM",
     )
+    flags.add_nomad_watch(parser)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -42,5 +43,6 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         web_config=args.web_config,
         publish_node_meta=args.publish_node_meta,
         clear_node_meta_on_exit=args.clear_node_meta_on_exit,
+        watch=flags.nomad_watch_of(args),
     )
     return serve_command(flags.node_sources_of(args), options, out)

@@ -18,6 +18,7 @@ from gpuledger.commands.options import (
     FleetFlags,
     NodeSources,
     NomadFlags,
+    NomadWatchFlags,
     TlsFlags,
 )
 
@@ -159,6 +160,42 @@ def nomad_of(args: argparse.Namespace) -> NomadFlags:
         off=args.no_nomad,
         token_file=args.nomad_token_file,
         tls=tls_of(args, "nomad", args.nomad_skip_verify),
+    )
+
+
+def add_nomad_watch(p: argparse.ArgumentParser) -> None:
+    """``serve``'s watch on the node's allocations: ``--nomad-resync``, ``--nomad-max-stale``,
+    ``--nomad-consistent``."""
+    w = p.add_argument_group("watching Nomad (serve: blocking queries on the node's allocations)")
+    w.add_argument(
+        "--nomad-resync",
+        type=types.duration,
+        default=types.duration("10m"),
+        metavar="DURATION",
+        help="the longest a view of Nomad's allocations is trusted without a fresh answer; "
+        "a blocking query waits at most half of it (at most 5m, Nomad's limit) (default 10m)",
+    )
+    w.add_argument(
+        "--nomad-max-stale",
+        type=types.duration,
+        metavar="DURATION",
+        help="an answer whose server last heard from the leader longer ago "
+        "(X-Nomad-LastContact), or that has known no leader for longer, is Nomad failing "
+        "(default: three intervals)",
+    )
+    w.add_argument(
+        "--nomad-consistent",
+        action="store_true",
+        help="ask the leader (Nomad's default mode) instead of any server (?stale)",
+    )
+
+
+def nomad_watch_of(args: argparse.Namespace) -> NomadWatchFlags:
+    """The flags ``add_nomad_watch`` added."""
+    return NomadWatchFlags(
+        resync=args.nomad_resync,
+        max_stale=args.nomad_max_stale,
+        consistent=args.nomad_consistent,
     )
 
 

@@ -3,22 +3,41 @@
 ``NomadReader`` reads them over the transport of ``nomad_transport`` (``NomadApi``): the node's
 id and name, its allocations, and each allocation a task claims that the node list lacks;
 ``parse_allocation`` decodes one allocation, every shape checked.
+
+The node's list is asked as a blocking query can ask it (``list_allocations``: ``index``,
+``wait``, ``stale``, the answer's ``X-Nomad-*`` headers read by ``nomad_blocking``); an answer
+from a server too long out of touch with its leader is a ``SourceError``, never a fact. The
+watch (``controller/nomad_watch.py``) asks it in a thread of its own; ``read`` takes the
+watch's view when it has one (``watched``) and reads the list itself when it has not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
 import nomad.api.exceptions as nomad_errors
 import requests
 
+from gpuledger.collectors.nomad_blocking import (
+    STALE_HINT,
+    QueryMeta,
+    attempt_timeout,
+    leaderless_since,
+    parse_query_meta,
+    query_params,
+    stale_reason,
+)
 from gpuledger.collectors.nomad_transport import (
     CALL_ERRORS,
     Call,
     NomadApi,
     NomadSettings,
+    RequestCounts,
     settings_from_env,
 )
 from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
@@ -26,7 +45,17 @@ from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.text import excerpt, is_text
 
 # NomadSettings and settings_from_env live in nomad_transport; they stay importable from here.
-__all__ = ["NomadReader", "NomadSettings", "parse_allocation", "settings_from_env"]
+__all__ = [
+    "NodeAllocs",
+    "NomadReader",
+    "NomadSettings",
+    "ReadMode",
+    "parse_allocation",
+    "settings_from_env",
+]
+
+Watched = Callable[[str], "tuple[Allocation, ...] | None"]
+"""The watch's allocations of a node id, or ``None`` when it has no view to trust."""
 
 
 # --------------------------------------------------------------------------- parsing
@@ -103,12 +132,47 @@ def parse_allocation(doc: Any) -> Allocation:
     )
 
 
+@dataclass(frozen=True)
+class ReadMode:
+    """How the node's list is asked: ``stale`` (any server answers) and how stale an answer
+    may be; how often a node whose allocations are all terminal is checked again when the
+    list comes from the watch."""
+
+    stale: bool = False
+    max_stale_s: float | None = None
+    """``None``: no bound (``ls``, ``check``: one read, no watch)."""
+    recheck_s: float = 0.0
+    """0: at every read whose list is all terminal, as without a watch."""
+
+
+@dataclass(frozen=True)
+class NodeAllocs:
+    """One answer of ``/v1/node/<id>/allocations``."""
+
+    node_id: str
+    allocations: tuple[Allocation, ...]
+    meta: QueryMeta
+
+    @property
+    def index(self) -> int | None:
+        """The answer's ``X-Nomad-Index``; ``None`` (or 0) when it carried none."""
+        return self.meta.index
+
+
 class NomadReader(NomadApi):
     """Reads the node's allocations from Nomad, through one kept-alive session."""
 
-    def __init__(self, settings: NomadSettings) -> None:
+    def __init__(
+        self,
+        settings: NomadSettings,
+        mode: ReadMode | None = None,
+        counts: RequestCounts | None = None,
+    ) -> None:
         """Prepare the session; ``ConfigError`` if a file the settings name cannot be read."""
-        super().__init__(settings)
+        super().__init__(settings, counts)
+        self.mode = mode or ReadMode()
+        self._leaderless: float | None = None
+        self._rechecked: tuple[tuple[Allocation, ...], float] | None = None
         self._agent = self._requester(self._client.agent)
         self._node = self._requester(self._client.node)
         self._allocation = self._requester(self._client.allocation)
@@ -211,17 +275,21 @@ class NomadReader(NomadApi):
                 "check that --nomad-addr points at a Nomad agent, and report this with its version",
             ) from None
 
-    def read(self, task_alloc_ids: Collection[str] = ()) -> NomadView:
-        """The node's allocations, and a lookup of each task allocation the node list lacks."""
+    def read(
+        self, task_alloc_ids: Collection[str] = (), watched: Watched | None = None
+    ) -> NomadView:
+        """The node's allocations (the watch's, when ``watched`` has a view of them), and a
+        lookup of each task allocation the node list lacks."""
         with self._quiet():
-            return self._read(task_alloc_ids)
+            return self._read(task_alloc_ids, watched)
 
-    def _read(self, task_alloc_ids: Collection[str]) -> NomadView:
+    def _read(self, task_alloc_ids: Collection[str], watched: Watched | None) -> NomadView:
         self._refresh_token()
         just_checked = not self._node_checked
         node_id = self._ensure_node()
-        allocations = self._allocations(node_id)
-        if not just_checked and all(a.terminal for a in allocations):
+        seen = watched(node_id) if watched is not None else None
+        allocations = self._allocations(node_id) if seen is None else seen
+        if not just_checked and self._recheck_due(allocations, watched=seen is not None):
             # A node purged since it was checked answers 200 [], and one that re-registered
             # under a new id leaves its old allocations lost: check again (and ask the agent
             # for its id again), so that neither looks like a node whose GPUs are all free.
@@ -236,8 +304,44 @@ class NomadReader(NomadApi):
             node_id=node_id, allocations=allocations, lookups=lookups, node_name=self._node_name
         )
 
+    def _judge_staleness(self, path: str, meta: QueryMeta) -> None:
+        """A ``SourceError`` for an answer too stale to trust (``ReadMode.max_stale_s``)."""
+        if self.mode.max_stale_s is None:
+            return
+        now = time.monotonic()
+        self._leaderless = leaderless_since(self._leaderless, meta, now)
+        bound = timedelta(seconds=self.mode.max_stale_s)
+        problem = stale_reason(meta, bound, self._leaderless, now)
+        if problem is not None:
+            raise self._error(f"GET {path}: {problem}", STALE_HINT)
+
+    def _recheck_due(self, allocations: tuple[Allocation, ...], *, watched: bool) -> bool:
+        """Whether to check the node again: its allocations are all terminal, and (when they
+        come from the watch) they changed since the last check, or ``recheck_s`` passed."""
+        if not all(a.terminal for a in allocations):
+            return False
+        now = time.monotonic()
+        last = self._rechecked
+        unchanged = watched and last is not None and last[0] == allocations
+        if unchanged and last is not None and now - last[1] < self.mode.recheck_s:
+            return False
+        self._rechecked = (allocations, now)
+        return True
+
     def _allocations(self, node_id: str) -> tuple[Allocation, ...]:
         """Every allocation Nomad lists for the node, terminal ones included."""
+        return self._list(node_id, 0, None).allocations
+
+    def list_allocations(
+        self, node_id: str, index: int = 0, wait_s: float | None = None
+    ) -> NodeAllocs:
+        """The node's allocations as one query asks them: with ``index`` > 0, an answer only
+        once they changed past ``index`` or ``wait_s`` passed (Nomad adds up to 1/16)."""
+        with self._quiet():
+            self._refresh_token()
+            return self._list(node_id, index, wait_s)
+
+    def _list(self, node_id: str, index: int, wait_s: float | None) -> NodeAllocs:
         path = f"/v1/node/{node_id}/allocations"
         call = Call(
             path,
@@ -245,13 +349,32 @@ class NomadReader(NomadApi):
             'grant the token node { policy = "read" } and namespace "*" '
             '{ capabilities = ["read-job"] }',
         )
-        docs = self._call(call, lambda: self._node.get_allocations(quote(node_id, safe="")))
+        wait = timedelta(seconds=wait_s or 0.0)
+        params = query_params(index, wait, consistent=not self.mode.stale)
+        timeout = self._settings.timeout
+        if index >= 1:
+            timeout = attempt_timeout(wait, timedelta(seconds=timeout))
+
+        def ask() -> tuple[Any, Mapping[str, str]]:
+            response = self._node.request(
+                quote(node_id, safe=""),
+                "allocations",
+                method="get",
+                params=params,
+                timeout=timeout,
+            )
+            return response.json(), response.headers
+
+        docs, headers = self._call(call, ask)
+        meta = parse_query_meta(headers)
+        self._judge_staleness(path, meta)
         if not isinstance(docs, list):
             raise self._error(f"GET {path} answered no list", "check the Nomad agent's version")
         try:
-            return tuple(parse_allocation(doc) for doc in docs)
+            allocations = tuple(parse_allocation(doc) for doc in docs)
         except ValueError as err:
             raise self._error(
                 f"GET {path} answered an allocation gpuledger cannot read ({err})",
                 "report this with the Nomad version",
             ) from None
+        return NodeAllocs(node_id, allocations, meta)

@@ -4,6 +4,9 @@ token and the Task API's unix socket, whose every failed call is a ``SourceError
 what to do. The reader (``nomad``), the node metadata client (``nomad_meta``) and the fleet's
 Nomad (``nomad_cluster``) are built on it.
 
+Every answer a session receives is counted by endpoint (``RequestCounts``: requests and body
+bytes, what ``/metrics`` shows as the cost of gpuledger on Nomad).
+
 Calls go through python-nomad over one ``requests.Session`` that this module equips itself,
 because python-nomad verifies no certificate by default, ignores ``NOMAD_CACERT``/
 ``NOMAD_CAPATH``/``NOMAD_TLS_SERVER_NAME`` and cannot speak to the Task API's unix socket.
@@ -12,7 +15,9 @@ because python-nomad verifies no certificate by default, ignores ``NOMAD_CACERT`
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,7 +47,15 @@ from gpuledger.collectors.client_tls import (
 from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model.redact import redact_url_passwords
 
-__all__ = ["CALL_ERRORS", "Call", "NomadApi", "NomadSettings", "settings_from_env"]
+__all__ = [
+    "CALL_ERRORS",
+    "Call",
+    "NomadApi",
+    "NomadSettings",
+    "RequestCounts",
+    "endpoint_of",
+    "settings_from_env",
+]
 
 DEFAULT_ADDR = "http://127.0.0.1:4646"
 
@@ -58,6 +71,7 @@ NOMAD_TLS = TlsNames("Nomad", "nomad", "NOMAD")
 _UUID_ONLY = "UUID must be 36 characters"
 
 _T = TypeVar("_T")
+_CUT_SHORT = (requests.exceptions.ChunkedEncodingError, urllib3.exceptions.IncompleteRead)
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,38 @@ def settings_from_env(env: Mapping[str, str]) -> NomadSettings:
         tls_server_name=text("NOMAD_TLS_SERVER_NAME"),
         skip_verify=parse_go_bool("NOMAD_SKIP_VERIFY", skip) if skip else False,
     )
+
+
+# --------------------------------------------------------------------------- counting
+
+_ID_SEGMENT = re.compile(r"^/v1/(node|allocation|job|evaluation|deployment)/[^/]+")
+
+
+def endpoint_of(path: str) -> str:
+    """The endpoint a request path names, its ids replaced: ``/v1/node/:id/allocations``."""
+    path = urlsplit(path).path
+    path = _ID_SEGMENT.sub(lambda m: f"/v1/{m.group(1)}/:id", path, count=1)
+    return path if path.startswith("/v1/") else "other"
+
+
+class RequestCounts:
+    """Answers received from Nomad and their body bytes, by endpoint; shared by threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[str, int] = {}
+        self._bytes: dict[str, int] = {}
+
+    def add(self, endpoint: str, body_bytes: int) -> None:
+        """Count one answer of ``body_bytes`` bytes from ``endpoint``."""
+        with self._lock:
+            self._requests[endpoint] = self._requests.get(endpoint, 0) + 1
+            self._bytes[endpoint] = self._bytes.get(endpoint, 0) + body_bytes
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Requests and bytes by endpoint, as of now."""
+        with self._lock:
+            return dict(self._requests), dict(self._bytes)
 
 
 # --------------------------------------------------------------------------- transport
@@ -187,6 +233,16 @@ class _UnixAdapter(HTTPAdapter):
         super().close()
 
 
+def _counter(counts: RequestCounts) -> Callable[..., None]:
+    """A response hook that counts each answer by endpoint, its body read (a body cut short
+    raises here, as it would in the caller)."""
+
+    def count(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        counts.add(endpoint_of(response.url or ""), len(response.content))
+
+    return count
+
+
 def _base_url(addr: str) -> str:
     """The address python-nomad is given for ``addr``; ``ConfigError`` for an unusable one."""
     addr = addr.strip().rstrip("/")
@@ -236,8 +292,9 @@ class NomadApi:
     is not meant to be shared between threads.
     """
 
-    def __init__(self, settings: NomadSettings) -> None:
-        """Prepare the session; ``ConfigError`` if a file the settings name cannot be read."""
+    def __init__(self, settings: NomadSettings, counts: RequestCounts | None = None) -> None:
+        """Prepare the session; ``ConfigError`` if a file the settings name cannot be read.
+        ``counts``, when given, counts every answer the session receives."""
         self._settings = settings
         self._base = _base_url(settings.addr)
         if settings.token_file is not None:
@@ -254,10 +311,17 @@ class NomadApi:
         elif self._base.startswith("https://"):
             adapter = TlsAdapter(context, settings.tls_server_name, not settings.skip_verify)
             self._session.mount("https://", adapter)
+        if counts is not None:
+            self._session.hooks["response"].append(_counter(counts))
         client = nomad.Nomad(
             address=self._base, timeout=settings.timeout, session=self._session, cert=("", "")
         )
         self._client = client
+
+    @property
+    def settings(self) -> NomadSettings:
+        """The settings this session was made with."""
+        return self._settings
 
     @staticmethod
     def _requester(requester: Any) -> Any:
@@ -383,8 +447,11 @@ class NomadApi:
         failed = tls_failure(err, tls_settings(settings), NOMAD_TLS, peer)
         if failed is not None:
             return self._error(f"{call.request}: {failed[0]}", failed[1])
-        timeout = any(isinstance(c, requests.Timeout | TimeoutError) for c in causes(err))
+        found = list(causes(err))
+        timeout = any(isinstance(c, requests.Timeout | TimeoutError) for c in found)
+        cut = any(isinstance(c, _CUT_SHORT) for c in found)
         what = f"timed out after {settings.timeout:g}s" if timeout else "is unreachable"
+        what = "answered a body cut short" if cut and not timeout else what
         return self._error(
             f"Nomad at {settings.addr} {what} ({call.request})",
             "check that the Nomad agent runs and that --nomad-addr / NOMAD_ADDR points at it",

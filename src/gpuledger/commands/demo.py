@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from gpuledger import __version__
 from gpuledger.collectors.nomad import NomadSettings
@@ -138,10 +138,33 @@ def _serve(
         *world.cli_args(),
     ]
     _show_once(world, out)
+    drift = drifter(world)
+    # The very command a user runs on a real node; its log (JSON lines, as on a real node
+    # whose log is collected) is relayed here as one line per finding opened or resolved.
+    return run_watched(
+        ["serve", *flags],
+        out,
+        stop,
+        drift_every / 2,  # a drift phase, then a job started or stopped, in turn
+        drift,
+        lambda url: _introduce(out, url, drift_every, world.scenario),
+    )
+
+
+def drifter(world: World) -> Callable[[], str | None]:
+    """What the demo does at each half drift period, in turn: the scenario's next drift phase,
+    then its ``blink`` job started or stopped (the line to show, or ``None``)."""
     phases = drift_phases(world.scenario)
-    at = [0]
+    at, calls = [0], [0]
 
     def drift() -> str | None:
+        calls[0] += 1
+        if calls[0] % 2:
+            running = world.blink()
+            if running is None:
+                return None
+            job = world.scenario["blink"]["job"]
+            return f"Nomad: job {job} {'started' if running else 'stopped'} (watched, not polled)"
         if not phases:
             return None
         at[0] = (at[0] + 1) % len(phases)
@@ -149,16 +172,7 @@ def _serve(
         world.update(**change)
         return title
 
-    # The very command a user runs on a real node; its log (JSON lines, as on a real node
-    # whose log is collected) is relayed here as one line per finding opened or resolved.
-    return run_watched(
-        ["serve", *flags],
-        out,
-        stop,
-        drift_every,
-        drift,
-        lambda url: _introduce(out, url, drift_every, world.scenario.get("about")),
-    )
+    return drift
 
 
 def run_watched(
@@ -259,7 +273,8 @@ def first_url(child: subprocess.Popen[str]) -> str | None:
     return None
 
 
-def _introduce(out: TextIO, url: str, drift_every: float, about: str | None) -> None:
+def _introduce(out: TextIO, url: str, drift_every: float, scenario: dict[str, Any]) -> None:
+    about = scenario.get("about")
     out.write(
         "A simulated Nomad GPU node (fake nvidia-smi, /proc, Docker, Podman and Nomad), watched "
         f"by gpuledger serve every {DEMO_INTERVAL}. Open:\n"
@@ -271,9 +286,23 @@ def _introduce(out: TextIO, url: str, drift_every: float, about: str | None) -> 
         "did not reserve, then its own GPU goes idle, then all is as it began."
     )
     out.write(
-        f"\n{drift} reserved-idle and held-idle open after 30 s.\nOn a real node: gpuledger "
+        f"\n{drift} reserved-idle and held-idle open after 30 s.\n"
+        + _blink_line(scenario, drift_every)
+        + "On a real node: gpuledger "
         "serve --history /var/lib/gpuledger/history.json\n"
         + ("" if about else "A node with a card split by MIG: gpuledger demo --mig\n")
         + "Ctrl-C stops the demo.\n\n"
     )
     out.flush()
+
+
+def _blink_line(scenario: dict[str, Any], drift_every: float) -> str:
+    """The startup line about the job the demo starts and stops, if the scenario has one."""
+    blink = scenario.get("blink")
+    if not blink:
+        return ""
+    return (
+        f"Every {drift_every:g} s, between two drifts, a Nomad job ({blink['job']}) starts or "
+        "stops: gpuledger serve watches Nomad (a blocking query), so the page shows it within "
+        f"a second, before the next {DEMO_INTERVAL} tick.\n"
+    )

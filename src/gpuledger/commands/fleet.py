@@ -38,7 +38,7 @@ from gpuledger.commands.node_sources import nomad_env_settings, policy_file
 from gpuledger.commands.options import ConsulFlags, DiscoveryFlags, FleetFlags, TlsFlags
 from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
-from gpuledger.controller.fleet_watch import NomadWatch, WatchSettings
+from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings
 from gpuledger.core.fleet_join import Shard
 from gpuledger.errors import ConfigError, ExitCode
 from gpuledger.model import Level, SourceName
@@ -91,7 +91,7 @@ class WatchNomad:
 
 def watched_config(
     options: FleetOptions, interval: timedelta, watch: WatchNomad, clock: Clock
-) -> tuple[FleetConfig, tuple[NomadWatch[Any], ...]]:
+) -> tuple[FleetConfig, tuple[FleetWatch[Any], ...]]:
     """``fleet_config``, its Nomad reads made watches (not started): the node list and the
     service discovery each kept by a thread of its own with blocking queries."""
     config = fleet_config(options)
@@ -99,7 +99,7 @@ def watched_config(
         interval.total_seconds(), watch.resync, watch.max_stale, watch.consistent
     )
     first = options.timeout
-    watches: list[NomadWatch[Any]] = []
+    watches: list[FleetWatch[Any]] = []
     nodes: Callable[[], tuple[ClusterNode, ...]] | None = config.nodes
     if config.nodes is not None:
 
@@ -107,7 +107,7 @@ def watched_config(
             cluster = NomadCluster(options.nomad)
             return cluster.nodes_at, cluster.decode_node_list
 
-        node_watch: NomadWatch[tuple[ClusterNode, ...]] = NomadWatch(
+        node_watch: FleetWatch[tuple[ClusterNode, ...]] = FleetWatch(
             "/v1/nodes", node_reads, settings, clock
         )
         watches.append(node_watch)
@@ -127,7 +127,7 @@ def watched_config(
                 lambda body: cluster.decode_services(name, namespace, scheme, body),
             )
 
-        service_watch: NomadWatch[tuple[Target, ...]] = NomadWatch(
+        service_watch: FleetWatch[tuple[Target, ...]] = FleetWatch(
             f"/v1/service/{name}", service_reads, settings, clock
         )
         watches.append(service_watch)

@@ -66,6 +66,17 @@ class NomadFlags:
 
 
 @dataclass(frozen=True)
+class NomadWatchFlags:
+    """``serve``'s watch on Nomad: ``--nomad-resync``, ``--nomad-max-stale``,
+    ``--nomad-consistent``."""
+
+    resync: timedelta = timedelta(minutes=10)
+    max_stale: timedelta | None = None
+    """``None``: three intervals."""
+    consistent: bool = False
+
+
+@dataclass(frozen=True)
 class NodeSources:
     """What ``ls``, ``check`` and ``serve`` read, and the policy and history they judge by."""
 

@@ -1,5 +1,9 @@
 """``gpuledger serve``: the node controller's loop in the main thread, HTTP beside it.
 
+With Nomad on, a watch thread (``controller/nomad_watch.py``) asks a blocking query on the node's
+allocations and wakes the loop when they change (``--nomad-resync``, ``--nomad-max-stale``,
+``--nomad-consistent``); ``/metrics`` and ``/healthz`` show it.
+
 SIGTERM and SIGINT end the loop after the tick in progress and the history is written (and with
 ``--clear-node-meta-on-exit`` the node's ``gpuledger.*`` metadata unset); SIGHUP reloads the
 policy.
@@ -10,26 +14,32 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
 
 from gpuledger import __version__
+from gpuledger.collectors.nomad import NomadReader, ReadMode
 from gpuledger.collectors.nomad_meta import NodeMetaClient
+from gpuledger.collectors.nomad_transport import RequestCounts
 from gpuledger.commands.logs import configure_logging
 from gpuledger.commands.node_sources import policy_file, source_config
-from gpuledger.commands.options import NodeSources
-from gpuledger.controller.clock import SystemClock
+from gpuledger.commands.options import NodeSources, NomadWatchFlags
+from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.loop import NodeController, attempt_timeout
 from gpuledger.controller.meta_publisher import NodeMetaPublisher
 from gpuledger.controller.node import configured_node
+from gpuledger.controller.nomad_watch import NomadWatch
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.errors import ExitCode, UsageError
+from gpuledger.model.history_record import GAP_INTERVALS
 from gpuledger.model.redact import CommandMode
 from gpuledger.policy.rules import Policy
 from gpuledger.web.app import App
 from gpuledger.web.server import bind
+
+MIN_RESYNC = timedelta(seconds=2)
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class ServeOptions:
     publish_node_meta: bool = False
     """``--publish-node-meta``; without it, any ``gpuledger.*`` keys left are cleared."""
     clear_node_meta_on_exit: bool = False
+    watch: NomadWatchFlags = field(default_factory=NomadWatchFlags)
+    """``--nomad-resync``, ``--nomad-max-stale``, ``--nomad-consistent``."""
 
 
 def serve_command(sources: NodeSources, options: ServeOptions, out: TextIO) -> ExitCode:
@@ -55,6 +67,14 @@ def serve_command(sources: NodeSources, options: ServeOptions, out: TextIO) -> E
         raise UsageError("--publish-node-meta writes to Nomad: it cannot go with --no-nomad")
     if options.clear_node_meta_on_exit and not options.publish_node_meta:
         raise UsageError("--clear-node-meta-on-exit needs --publish-node-meta")
+    watch = options.watch
+    if watch.resync < MIN_RESYNC:
+        raise UsageError(
+            f"--nomad-resync {watch.resync.total_seconds():g}s: at least 2s (each blocking "
+            "query waits half of it); the default is 10m"
+        )
+    if watch.max_stale is not None and watch.max_stale <= timedelta(0):
+        raise UsageError("--nomad-max-stale must be more than 0s (the default: three intervals)")
     return serve(source_config(sources), policy_file(sources.policy), options, out)
 
 
@@ -64,8 +84,11 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
     timeout = attempt_timeout(options.interval, config.timeout)
     clock = SystemClock()
     publisher = _publisher(config, options, timeout)
+    config = replace(config, nomad_mode=read_mode(options))
+    counts = RequestCounts()
+    watch = _watch(config, options, timeout, clock, counts)
     controller = NodeController(
-        _sources(config, timeout),
+        _sources(config, timeout, watch, counts),
         policy,
         configured_node(options.node_name, config, __version__),
         options.interval,
@@ -76,7 +99,10 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
         clock=clock,
         sinks=(publisher,) if publisher else (),
     )
-    server = bind(App(lambda: controller.snapshot, clock.now), options.listen, options.web_config)
+    if watch is not None:
+        watch.on_change = controller.nomad_changed
+    app = App(lambda: controller.snapshot, clock.now, watch=watch, counts=counts)
+    server = bind(app, options.listen, options.web_config)
     signal.signal(signal.SIGTERM, lambda *_: controller.stop())
     signal.signal(signal.SIGINT, lambda *_: controller.stop())
     signal.signal(signal.SIGHUP, lambda *_: controller.request_reload())
@@ -87,6 +113,8 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
     if publisher:
         publisher.start()
     controller.run()
+    if watch is not None:
+        watch.stop()
     if publisher:
         publisher.stop(clear=options.clear_node_meta_on_exit)
     return ExitCode.OK
@@ -109,7 +137,41 @@ def _publisher(
     )
 
 
-def _sources(config: SourceConfig, timeout: float) -> Sources:
+def read_mode(options: ServeOptions) -> ReadMode:
+    """How serve reads Nomad's list: stale unless ``--nomad-consistent``, answers staler than
+    ``--nomad-max-stale`` (three intervals) refused, an all-terminal node checked again at
+    each change and every ``--nomad-resync``."""
+    watch = options.watch
+    max_stale = watch.max_stale or GAP_INTERVALS * options.interval
+    return ReadMode(
+        stale=not watch.consistent,
+        max_stale_s=max_stale.total_seconds(),
+        recheck_s=watch.resync.total_seconds(),
+    )
+
+
+def _watch(
+    config: SourceConfig, options: ServeOptions, timeout: float, clock: Clock, counts: RequestCounts
+) -> NomadWatch | None:
+    """The watch on the node's allocations, with a session of its own; none without Nomad.
+    Each query waits half of ``--nomad-resync`` (Nomad honours at most 5 minutes)."""
+    if config.nomad is None:
+        return None
+    settings = replace(config.nomad, timeout=timeout)
+    mode = config.nomad_mode
+    return NomadWatch(
+        lambda: NomadReader(settings, mode, counts),
+        clock,
+        interval_s=options.interval.total_seconds(),
+        wait_s=options.watch.resync.total_seconds() / 2,
+        attempt_s=timeout,
+        resync_s=options.watch.resync.total_seconds(),
+    )
+
+
+def _sources(
+    config: SourceConfig, timeout: float, watch: NomadWatch | None, counts: RequestCounts
+) -> Sources:
     """The sources with every read bounded by ``timeout``, so a tick fits its interval."""
     nomad = replace(config.nomad, timeout=timeout) if config.nomad else None
-    return Sources(replace(config, timeout=timeout, nomad=nomad))
+    return Sources(replace(config, timeout=timeout, nomad=nomad), watch, counts)

@@ -9,6 +9,8 @@ The pure work they drive is in ``gpuledger.core``; here is what it needs to run:
 - ``meta_publisher``: the thread that keeps the node's ``gpuledger.*`` metadata in Nomad
 - ``node``: one reconcile of every source into a judged ledger (``ls``, ``check``, each tick)
 - ``sources``: one read of every source, in the order the join needs them
+- ``nomad_watch``: the thread that watches the node's allocations (blocking queries), wakes the
+  loop on a change, and says when it cannot be trusted
 - ``history_file``: the history file, its JSON both ways and its atomic write
 - ``clock``: time, passed in: wall time, monotonic time, a sleep to wake
 """

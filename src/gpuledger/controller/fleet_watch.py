@@ -73,7 +73,7 @@ class WatchSettings:
         return self.max_stale or timedelta(seconds=3 * self.interval)
 
 
-class NomadWatch(Generic[T]):
+class FleetWatch(Generic[T]):
     """One endpoint watched: ``fetch`` one answer, ``decode`` its body (both raise
     ``SourceError``); ``new_fetch`` is called at every (re)start, so that each thread has its own
     session (a ``requests.Session`` is not shared between threads)."""

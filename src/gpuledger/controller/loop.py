@@ -3,7 +3,9 @@
 Each tick reads every source (each read in a bounded retry whose budget, timeouts included,
 stays below the interval), joins, counts the tick into the history, judges, writes the history
 file and publishes one immutable ``Snapshot`` by swapping a single attribute: the HTTP server
-only ever reads that attribute, never a source. Then it sleeps ``interval - elapsed``.
+only ever reads that attribute, never a source. Then it sleeps ``interval - elapsed``, or less
+when Nomad's watch says the allocations changed (``nomad_changed``): that reconcile runs at once,
+at most one a second after the last began (``CHANGE_SPACING_S``), and the rate goes on from it.
 
 A clock is passed in, so tests of idle time and of the rate run on fake time.
 """
@@ -45,6 +47,8 @@ ATTEMPT_SHARE = 0.3
 ATTEMPT_CAP_S = 10.0
 RETRY_WAIT_CAP_S = 0.5
 ATTEMPTS = 3
+CHANGE_SPACING_S = 1.0
+"""The least time between the starts of two reconciles when a change in Nomad asks for one."""
 
 log = structlog.get_logger("gpuledger.controller")
 
@@ -114,7 +118,7 @@ class NodeController:
         self.attempt_s = attempt_timeout(interval) if attempt_s is None else attempt_s
         self.policy_error: PolicyError | None = None
         self.snapshot: Snapshot | None = None
-        self._stop, self._reload, self._wake = (threading.Event() for _ in range(3))
+        self._stop, self._reload, self._wake, self._changed = (threading.Event() for _ in range(4))
         self._last_start: float | None = None
         self._failing: dict[SourceName, str] = {}
         self._history_failing = False
@@ -134,6 +138,11 @@ class NodeController:
         self._reload.set()
         self._wake.set()
 
+    def nomad_changed(self) -> None:
+        """Nomad's allocations changed (the watch): reconcile now, at most once a second."""
+        self._changed.set()
+        self._wake.set()
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> None:
@@ -150,15 +159,21 @@ class NodeController:
         log.info("controller.stopped")
 
     def _wait_for_next(self) -> None:
-        """Sleep ``interval - elapsed`` since the last tick began; a signal cuts it short."""
-        if self._last_start is None:
-            return
-        while not (self._stop.is_set() or self._reload.is_set()):
-            delay = self._last_start + self.interval.total_seconds() - self.clock.monotonic()
-            if delay <= 0:
-                return
-            self.clock.sleep(delay, self._wake)
-            self._wake.clear()
+        """Sleep ``interval - elapsed`` since the last tick began; a signal cuts it short, and a
+        change in Nomad to ``CHANGE_SPACING_S`` after it began."""
+        if self._last_start is not None:
+            while not (self._stop.is_set() or self._reload.is_set()):
+                changed = self._changed.is_set()
+                spacing = self.interval.total_seconds()
+                spacing = min(spacing, CHANGE_SPACING_S) if changed else spacing
+                delay = self._last_start + spacing - self.clock.monotonic()
+                if delay <= 0:
+                    break
+                # A signal or a change before or during the sleep ends it; one that comes
+                # after it ended has its event cleared here, but is seen at the next turn.
+                self.clock.sleep(delay, self._wake)
+                self._wake.clear()
+        self._changed.clear()  # the tick that follows reads the change
 
     def safe_tick(self) -> Snapshot | None:
         """``tick``, logging instead of dying if a bug escapes: the loop must outlive it."""

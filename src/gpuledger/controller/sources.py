@@ -3,24 +3,30 @@
 GPU driver → /proc for the GPU PIDs → the runtimes for the containers that hold them → Nomad,
 with the allocation ids the tasks claim. A source that fails becomes a failed
 ``SourceStatus``; it never stops the others from being read.
+
+With a watch (``serve``), Nomad's list of the node's allocations is the watch's view while it
+is healthy, and read here as always while it is not; the node's checks and the lookups of the
+allocations the tasks claim are made here at every tick either way. Each read that finds the
+node tells the watch which node to follow (and restarts its thread if it died).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from gpuledger.collectors.nomad import NomadReader
-from gpuledger.collectors.nomad_transport import NomadSettings
+from gpuledger.collectors.nomad import NomadReader, ReadMode
+from gpuledger.collectors.nomad_transport import NomadSettings, RequestCounts
 from gpuledger.collectors.nvidia import Backend, open_backend
 from gpuledger.collectors.procfs import read_processes
 from gpuledger.collectors.runtimes import RuntimeClient
 from gpuledger.core.node_join import Desired, Observed
 from gpuledger.errors import SourceError
 from gpuledger.model import (
+    Allocation,
     Container,
     GpuReading,
     OwnerKind,
@@ -33,6 +39,18 @@ from gpuledger.model import (
 from gpuledger.model.labels import alloc_of
 
 T = TypeVar("T")
+
+
+class Watch(Protocol):
+    """The watch on the node's allocations (``controller.nomad_watch.NomadWatch``)."""
+
+    def view(self, node_id: str) -> tuple[Allocation, ...] | None:
+        """The allocations while the watch is healthy, else ``None``."""
+        ...
+
+    def follow(self, node_id: str, seen: tuple[Allocation, ...]) -> None:
+        """Watch this node (and restart the thread if it died)."""
+        ...
 
 
 class Guard(Protocol):
@@ -54,13 +72,19 @@ class SourceConfig:
     podman: str | None = None
     nomad: NomadSettings | None = None
     timeout: float = 10.0
+    nomad_mode: ReadMode = field(default_factory=ReadMode)
 
 
 class Sources:
     """The collectors of one node, kept across ticks so that connections are reused."""
 
-    def __init__(self, config: SourceConfig) -> None:
-        self.config = config
+    def __init__(
+        self,
+        config: SourceConfig,
+        watch: Watch | None = None,
+        counts: RequestCounts | None = None,
+    ) -> None:
+        self.config, self.watch = config, watch
         self.gpu = open_backend(config.gpu_backend, config.nvidia_smi, config.timeout)
         self.runtimes: dict[Runtime, RuntimeClient] = {}
         urls: tuple[tuple[Runtime, str | None], ...] = (
@@ -70,7 +94,7 @@ class Sources:
         for runtime, url in urls:
             if url:
                 self.runtimes[runtime] = RuntimeClient(runtime, url, timeout=config.timeout)
-        self.nomad = NomadReader(config.nomad) if config.nomad else None
+        self.nomad = NomadReader(config.nomad, config.nomad_mode, counts) if config.nomad else None
 
     def read(self, guard: Guard | None = None) -> tuple[Desired, Observed]:
         """Read every source once; ``guard`` wraps each read (the loop's retry policy)."""
@@ -187,13 +211,16 @@ class Sources:
             return Desired(view=None, status=SourceStatus.off())
         claimed = {p.owner.alloc_id for p in procs.values() if p.owner.alloc_id}
         claimed |= {a for a, _, _ in map(alloc_of, containers.values()) if a}
-        reader = self.nomad
+        reader, watch = self.nomad, self.watch
+        watched = watch.view if watch is not None else None
         statuses: dict[SourceName, SourceStatus] = {}
         view = _attempt(
             SourceName.NOMAD,
             statuses,
-            lambda: run(SourceName.NOMAD, lambda: reader.read(sorted(claimed))),
+            lambda: run(SourceName.NOMAD, lambda: reader.read(sorted(claimed), watched)),
         )
+        if view is not None and watch is not None:
+            watch.follow(view.node_id, view.allocations)
         return Desired(view=view, status=statuses[SourceName.NOMAD])
 
 

@@ -9,6 +9,9 @@ gpuledger's outside itself (an import-linter contract): a fake shares no code wi
 - ``nomad_api``: the fake Nomad agent: its server, its scenario, and its requests' route table.
 - ``nomad_payloads``: the fake Nomad's JSON (allocations, jobs, the node, agent/self).
 - ``nomad_acls``: the fake Nomad's ACL strings, capabilities and token checks.
+- ``nomad_blocking_state``: the fake Nomad's Raft-like index, blocking queries, ``stale``, faults.
+- ``nomad_reads``: the fake Nomad's blocking reads, each indexed as its Nomad endpoint is.
+- ``tracking_servers``: loopback TCP / unix servers that keep their connections, to cut them.
 - ``nomad_metadata``: the fake Nomad's dynamic node metadata (``/v1/client/metadata``).
 - ``fleet_sim``: a simulated fleet of node controllers served from one process.
 - ``fleet_nomad``: the simulated fleet's Nomad (``/v1/nodes``, ``/v1/service``), blocking.

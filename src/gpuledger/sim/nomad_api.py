@@ -17,7 +17,6 @@ import contextlib
 import json
 import re
 import socket
-import socketserver
 import ssl
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,9 +24,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
-from gpuledger.sim import nomad_payloads
+from gpuledger.sim import nomad_payloads, nomad_reads
 from gpuledger.sim.nomad_acls import (
     AGENT_READ,
     NODE_READ,
@@ -42,6 +41,12 @@ from gpuledger.sim.nomad_acls import (
     guarded,
     resolves_as_uuid_only,
 )
+from gpuledger.sim.nomad_blocking_state import (
+    BlockingAnswer,
+    BlockingKnobs,
+    BlockingState,
+    Ended,
+)
 from gpuledger.sim.nomad_metadata import (
     DEFAULT_STATIC_META,
     INVALID_METHOD,
@@ -49,6 +54,7 @@ from gpuledger.sim.nomad_metadata import (
     client_metadata,
 )
 from gpuledger.sim.nomad_payloads import ClusterView
+from gpuledger.sim.tracking_servers import TrackingTcpServer, TrackingUnixServer
 
 __all__ = [
     # Imported from here by the tests' ACL system (tests/nomad_acl.py) and integration tests.
@@ -94,78 +100,6 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in core.split(".") if part.isdigit())
 
 
-# --------------------------------------------------------------------------- servers
-
-
-class _Tracking:
-    """Keeps the open connections, so ``down`` can cut kept-alive ones too."""
-
-    daemon_threads = True
-    block_on_close = False
-    fake: Any
-    tls: ssl.SSLContext | None = None
-
-    def _track_init(self) -> None:
-        self.connections: set[socket.socket] = set()
-        self.accepted = 0
-        self.lock = threading.Lock()
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, addr = super().get_request()  # type: ignore[misc]
-        if self.tls is not None:
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        with self.lock:
-            self.connections.add(sock)
-            self.accepted += 1
-        return sock, addr
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        if isinstance(request, ssl.SSLSocket):
-            try:
-                request.settimeout(5)
-                request.do_handshake()
-                request.settimeout(None)
-            except OSError:
-                # The client gave up on our certificate, or we refused its own. Close as a TLS
-                # server does: the alert is sent; read what the client still sends so that
-                # closing does not reset the connection and discard the alert unread.
-                _drain(request)
-                return
-        super().finish_request(request, client_address)  # type: ignore[misc]
-
-    def shutdown_request(self, request: Any) -> None:
-        with self.lock:
-            self.connections.discard(request)
-        super().shutdown_request(request)  # type: ignore[misc]
-
-    def cut_connections(self) -> None:
-        with self.lock:
-            open_now = list(self.connections)
-        for sock in open_now:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-
-def _drain(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(2)
-        # The raw socket under the failed TLS layer.
-        while socket.socket.recv(sock, 4096):
-            pass
-
-
-class TrackingTcpServer(_Tracking, socketserver.ThreadingTCPServer):
-    """A threading TCP server (optionally TLS, ``tls``) that keeps its open connections, so
-    that a fake can cut them when it goes down; its handler finds the fake in ``fake``."""
-
-    allow_reuse_address = True
-
-
-class _UnixServer(_Tracking, socketserver.ThreadingUnixStreamServer):
-    pass
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "Nomad"
@@ -173,6 +107,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: tests read ``FakeNomad.requests`` instead."""
+
+    def handle(self) -> None:
+        """A client that leaves (a watcher stopped mid-wait) is no error of the server's."""
+        with contextlib.suppress(ConnectionError):
+            super().handle()
 
     def do_GET(self) -> None:
         """Route one GET."""
@@ -206,22 +145,57 @@ class _Handler(BaseHTTPRequestHandler):
         return value.strip() or None if scheme.lower() == "bearer" else None
 
     def _send(self, status: int, body: Any) -> None:
-        if isinstance(body, str):
-            data = body.encode()
-            content_type = "text/plain; charset=utf-8"
-        else:
-            # JSON already encoded (a large cluster's node list), or a value to encode.
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
-            content_type = "application/json"
+        fake: FakeNomad = self.server.fake  # type: ignore[attr-defined]
+        if isinstance(body, Ended):
+            self._end(fake, body)
+            return
+        meta = body if isinstance(body, BlockingAnswer) else None
+        body = meta.body if meta is not None else body
+        data, content_type = _encoded(body)
+        fake.count(self.path, len(data))
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
-        if status == 200:
-            self.send_header("X-Nomad-Index", str(self.server.fake.index))  # type: ignore[attr-defined]
+        if meta is not None:
+            if meta.index is not None:
+                self.send_header("X-Nomad-Index", str(meta.index))
+            self.send_header("X-Nomad-KnownLeader", "true" if meta.known_leader else "false")
+            self.send_header("X-Nomad-LastContact", str(meta.last_contact_ms))
+        elif status == 200:
+            self.send_header("X-Nomad-Index", str(fake.index))
             self.send_header("X-Nomad-KnownLeader", "true")
             self.send_header("X-Nomad-LastContact", "0")
         self.end_headers()
         self.wfile.write(data)
+
+    def _end(self, fake: FakeNomad, ended: Ended) -> None:
+        """A blocked query that ends without its answer: a 500, or the connection cut."""
+        if ended.kind == "500":
+            self._send(500, INTERNAL_ERROR)
+            return
+        self.close_connection = True
+        if ended.kind == "cut-mid-body":
+            data, content_type = _encoded(ended.body)
+            fake.count(self.path, len(data) // 2)
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+        else:
+            fake.count(self.path, 0)
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+def _encoded(body: Any) -> tuple[bytes, str]:
+    if isinstance(body, str):
+        return body.encode(), "text/plain; charset=utf-8"
+    # JSON already encoded (a large cluster's node list), or a value to encode.
+    return (
+        body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+    ), "application/json"
 
 
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
@@ -238,7 +212,7 @@ class _Request:
     body: bytes
 
 
-class FakeNomad:
+class FakeNomad(BlockingKnobs):
     """A Nomad agent (client) on loopback TCP, optionally TLS, or on a unix socket."""
 
     def __init__(
@@ -264,12 +238,14 @@ class FakeNomad:
         self.version = NOMAD_VERSION
         """The agent's Nomad version (``config.Version.Version``)."""
         self.requests: list[RecordedRequest] = []
-        self.index = 1
+        self.state = BlockingState()
+        """The cluster's Raft-like index, its tables', the leader, and the blocked queries."""
+        self._specs: dict[str, dict[str, Any]] = {}
         self.port = 0
         self._allocs: dict[str, dict[str, Any]] = {}
         self._gone: set[str] = set()
         self._fault: Fault | None = None
-        self._server: TrackingTcpServer | _UnixServer | None = None
+        self._server: TrackingTcpServer | TrackingUnixServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.connections_accepted = 0
@@ -292,10 +268,10 @@ class FakeNomad:
 
     def start(self) -> str:
         """Listen (port 0 picks one, kept across restarts) and return the base URL."""
-        server: TrackingTcpServer | _UnixServer
+        server: TrackingTcpServer | TrackingUnixServer
         if self.unix_socket is not None:
             self.unix_socket.unlink(missing_ok=True)
-            server = _UnixServer(str(self.unix_socket), _Handler)
+            server = TrackingUnixServer(str(self.unix_socket), _Handler)
         else:
             server = TrackingTcpServer(("127.0.0.1", self.port), _Handler)
             self.port = server.server_address[1]
@@ -317,10 +293,11 @@ class FakeNomad:
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        """Stop listening and cut every open connection."""
+        """Stop listening and cut every open connection; queries blocked now end at once."""
         server, self._server = self._server, None
         if server is None:
             return
+        self.state.end_blocked("cut")
         server.shutdown()
         server.server_close()
         server.cut_connections()
@@ -356,21 +333,48 @@ class FakeNomad:
     # ---------------------------------------------------------------- scenario
 
     def set_allocations(self, specs: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every allocation with the ones these simple specs describe.
+        """Replace every allocation with the ones these simple specs describe: one Raft write.
 
         A spec: ``{"id", "namespace"="default", "job", "group", "client_status"="running",
         "tasks": {task: [GPU or MIG UUIDs]}}``; optional ``node_id`` (an allocation placed on
-        another node) and ``desired_status``.
+        another node), ``desired_status`` and ``job_spec`` (``nomad_payloads.realistic_job``).
+        An allocation whose spec is unchanged keeps its ``ModifyIndex``; a changed one gets the
+        write's. One left out is garbage-collected (deleted): as in Nomad, that does not raise
+        the node's index (``GetAllocs`` answers the highest ``ModifyIndex`` left), so a blocked
+        query sees it only at its wait's end; stop an allocation as Nomad does instead, with
+        ``client_status`` ``complete`` and ``desired_status`` ``stop``.
         """
-        with self._lock:
-            self.index += 1
-            self._allocs = {
-                spec["id"]: nomad_payloads.allocation(
-                    spec, self.node_id, self.node_name, self.index
-                )
-                for spec in specs
-            }
-            self._gone -= set(self._allocs)
+        # The allocation depends on its spec and on the node it is placed on.
+        given = [{**spec, "": (self.node_id, self.node_name)} for spec in specs]
+        with self.state.condition:
+            index = self.state.write("allocs")
+            with self._lock:
+                allocs: dict[str, dict[str, Any]] = {}
+                for spec in given:
+                    old = self._allocs.get(spec["id"])
+                    if old is not None and self._specs.get(spec["id"]) == spec:
+                        allocs[spec["id"]] = old
+                        continue
+                    doc = nomad_payloads.allocation(spec, self.node_id, self.node_name, index)
+                    if old is not None:
+                        doc["CreateIndex"] = old["CreateIndex"]
+                    allocs[spec["id"]] = doc
+                self._allocs = allocs
+                self._specs = {spec["id"]: spec for spec in given}
+                self._gone -= set(self._allocs)
+
+    def reset_index(self, index: int) -> None:
+        """The servers go back to ``index`` (a snapshot restored, a cluster rebuilt): no table
+        and no allocation is newer; blocked queries see it, as in Nomad."""
+        with self.state.condition, self._lock:
+            self.state.reset(index)
+            for alloc in self._allocs.values():
+                for key in ("CreateIndex", "ModifyIndex", "AllocModifyIndex"):
+                    alloc[key] = min(alloc[key], index)
+
+    def count(self, target: str, sent: int) -> None:
+        """Count one answer of ``sent`` body bytes against its endpoint."""
+        self.state.count(_endpoint(urlsplit(target).path), sent)
 
     def set_gone(self, alloc_ids: Iterable[str]) -> None:
         """These allocations no longer exist (garbage-collected): 404 ``alloc not found``."""
@@ -445,21 +449,20 @@ class FakeNomad:
         )
 
     def _node_allocs(self, request: _Request, match: re.Match[str]) -> tuple[int, Any]:
-        """``/v1/node/<id>/allocations``: an unknown node id has none (200 [] as Nomad answers,
-        never 404); those the token cannot read-job are dropped silently
-        (nomad/node_endpoint.go)."""
-        token, node_id = request.token, unquote(match[1])
-        if denied := guarded(self.access, token, NODE_READ, None):
-            return denied
-        with self._lock:
-            allocs = list(self._allocs.values())
-        return 200, [
-            a
-            for a in allocs
-            if a["NodeID"] == node_id
-            and a["ID"] not in self._gone
-            and not guarded(self.access, token, READ_JOB, a["Namespace"])
-        ]
+        """``/v1/node/<id>/allocations`` (``sim/nomad_reads.py``)."""
+        return nomad_reads.node_allocs(self, request.query, request.token, unquote(match[1]))
+
+    def _alloc_list(self, request: _Request, _: re.Match[str]) -> tuple[int, Any]:
+        """``/v1/allocations`` (``sim/nomad_reads.py``)."""
+        return nomad_reads.alloc_list(self, request.query, request.token)
+
+    def _nodes(self, request: _Request, _: re.Match[str]) -> tuple[int, Any]:
+        """``/v1/nodes``, when the fake knows a cluster (``sim/nomad_reads.py``)."""
+        return nomad_reads.node_list(self, request.query, request.token)
+
+    def _service(self, request: _Request, match: re.Match[str]) -> tuple[int, Any]:
+        """``/v1/service/<name>``, when the fake knows a cluster (``sim/nomad_reads.py``)."""
+        return nomad_reads.service_list(self, request.query, request.token, match[1])
 
     def _any_node(self, request: _Request, match: re.Match[str]) -> tuple[int, Any]:
         """``/v1/node/<id>``: this node, or another of the cluster."""
@@ -502,29 +505,14 @@ class FakeNomad:
 
     def _client_metadata(self, request: _Request, _: re.Match[str]) -> tuple[int, Any]:
         """``/v1/client/metadata`` (``sim/nomad_metadata.py``)."""
-        return client_metadata(self, request.method, request.query, request.token, request.body)
+        status, body = client_metadata(
+            self, request.method, request.query, request.token, request.body
+        )
+        if request.method == "POST" and status == 200:
+            self.touch_nodes()  # the servers' copy of the node changes: a write of "nodes"
+        return status, body
 
     # ---------------------------------------------------------------- the cluster
-
-    def _nodes(self, request: _Request, _: re.Match[str]) -> tuple[int, Any]:
-        """``/v1/nodes``, when the fake knows a cluster."""
-        if self.cluster is None:
-            return _NOT_FOUND
-        asked = parse_qs(request.query).get("resources", ["false"])[-1] in _TRUE
-        nodes = self.cluster.nomad_nodes_json(asked and self.lists_resources)
-        return guarded(self.access, request.token, NODE_READ, None) or (200, nodes)
-
-    def _service(self, request: _Request, match: re.Match[str]) -> tuple[int, Any]:
-        """``/v1/service/<name>``, when the fake knows a cluster: registrations of the name in
-        the asked namespace; any ACL failure is a 403 here
-        (``nomad/service_registration_endpoint.go``: an expired token too)."""
-        if self.cluster is None:
-            return _NOT_FOUND
-        name = unquote(match[1])
-        namespace = parse_qs(request.query).get("namespace", ["default"])[-1]
-        if self.access.denial(request.token, READ_JOB, namespace)[0]:
-            return 403, PERMISSION_DENIED
-        return 200, [r for r in self.cluster.nomad_services(name) if r["Namespace"] == namespace]
 
     def _cluster_node(self, node_id: str) -> tuple[int, Any]:
         """Another node of the cluster, read on its own (with its resources, as Nomad does)."""
@@ -560,17 +548,39 @@ class _Route:
     method: str | None
     path: re.Pattern[str]
     answer: _Answer
+    endpoint: str
 
 
 _ROUTES: tuple[_Route, ...] = (
-    _Route(None, re.compile(r"^/v1/client/metadata$"), FakeNomad._client_metadata),
-    _Route("GET", re.compile(r"^/v1/agent/self$"), FakeNomad._agent_self),
-    _Route("GET", re.compile(r"^/v1/nodes$"), FakeNomad._nodes),
-    _Route("GET", re.compile(r"^/v1/service/([^/]+)$"), FakeNomad._service),
-    _Route("GET", re.compile(r"^/v1/node/([^/]+)/allocations$"), FakeNomad._node_allocs),
-    _Route("GET", re.compile(r"^/v1/node/([^/]+)$"), FakeNomad._any_node),
-    _Route("GET", re.compile(r"^/v1/allocation/([^/]+)$"), FakeNomad._allocation),
+    _Route(
+        None,
+        re.compile(r"^/v1/client/metadata$"),
+        FakeNomad._client_metadata,
+        "/v1/client/metadata",
+    ),
+    _Route("GET", re.compile(r"^/v1/agent/self$"), FakeNomad._agent_self, "/v1/agent/self"),
+    _Route("GET", re.compile(r"^/v1/nodes$"), FakeNomad._nodes, "/v1/nodes"),
+    _Route("GET", re.compile(r"^/v1/service/([^/]+)$"), FakeNomad._service, "/v1/service/:name"),
+    _Route(
+        "GET",
+        re.compile(r"^/v1/node/([^/]+)/allocations$"),
+        FakeNomad._node_allocs,
+        "/v1/node/:id/allocations",
+    ),
+    _Route("GET", re.compile(r"^/v1/node/([^/]+)$"), FakeNomad._any_node, "/v1/node/:id"),
+    _Route("GET", re.compile(r"^/v1/allocations$"), FakeNomad._alloc_list, "/v1/allocations"),
+    _Route(
+        "GET", re.compile(r"^/v1/allocation/([^/]+)$"), FakeNomad._allocation, "/v1/allocation/:id"
+    ),
 )
+
+
+def _endpoint(path: str) -> str:
+    """The endpoint a path is counted under (``other`` for a path no route knows)."""
+    for route in _ROUTES:
+        if route.path.match(path):
+            return route.endpoint
+    return "other"
 
 
 def _route(fake: FakeNomad, request: _Request) -> tuple[int, Any]:

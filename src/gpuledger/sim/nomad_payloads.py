@@ -8,6 +8,7 @@ go-codec encodes empty lists as ``null``, and so do these.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -15,12 +16,20 @@ from typing import Any, Protocol
 __all__ = [
     "GPU_NAME",
     "MIG_NAME",
+    "SAMPLE_ALLOCATION_BYTES",
     "ClusterView",
     "agent_self",
     "allocation",
+    "allocation_stub",
+    "busy_node_specs",
     "device_groups",
     "node",
 ]
+
+SAMPLE_ALLOCATION_BYTES = 5048
+"""Compact JSON bytes of the one allocation of Nomad's docs sample of
+``/v1/node/:id/allocations`` (``tests/fixtures/nomad/node-allocations.json``, api-docs v1.11.3):
+the size a realistic allocation is padded to (``bench/watch_bench.py`` checks it)."""
 
 GPU_NAME = "NVIDIA H200"
 MIG_NAME = "NVIDIA H200 MIG 1g.18gb"
@@ -158,7 +167,43 @@ def _job(spec: Mapping[str, Any], namespace: str) -> dict[str, Any]:
 
 
 def allocation(spec: Mapping[str, Any], node_id: str, node_name: str, index: int) -> dict[str, Any]:
-    """The full allocation JSON of one simple spec."""
+    """The full allocation JSON of one simple spec; with ``size``, its first task's ``Env``
+    padded (as real job specs carry environment, templates and meta) to that many bytes."""
+    doc = _allocation(spec, node_id, node_name, index)
+    size = int(spec.get("size") or 0)
+    tasks = doc["Job"]["TaskGroups"][0]["Tasks"]
+    if size and tasks:
+        missing = size - len(json.dumps(doc, separators=(",", ":")))
+        env: dict[str, str] = {}
+        while missing > 40:
+            value = "v" * min(200, missing - 20)
+            key = f"APP_SETTING_{len(env):04d}"
+            env[key] = value
+            missing -= len(key) + len(value) + 6
+        tasks[0]["Env"] = env or None
+    return doc
+
+
+def busy_node_specs(
+    gpus: Sequence[str], count: int = 20, size: int = SAMPLE_ALLOCATION_BYTES
+) -> list[dict[str, Any]]:
+    """``count`` running allocations of ``size`` bytes each (Nomad's docs sample by default),
+    the GPUs dealt out in turn: a busy node for the benchmarks (``bench/watch_bench.py``)."""
+    return [
+        {
+            "id": f"{n:08x}-b0b0-4c1e-8d2b-7e4f1a2b3c4d",
+            "job": f"train-{n:02d}",
+            "group": "workers",
+            "tasks": {"main": [gpus[n % len(gpus)]] if gpus else []},
+            "size": size,
+        }
+        for n in range(count)
+    ]
+
+
+def _allocation(
+    spec: Mapping[str, Any], node_id: str, node_name: str, index: int
+) -> dict[str, Any]:
     namespace = spec.get("namespace", "default")
     status = spec.get("client_status", "running")
     tasks: Mapping[str, Sequence[str]] = spec.get("tasks") or {}
@@ -206,6 +251,31 @@ def allocation(spec: Mapping[str, Any], node_id: str, node_name: str, index: int
         "CreateTime": now_ns,
         "ModifyTime": now_ns,
     }
+
+
+_STUB_FIELDS = (
+    "ID", "EvalID", "Name", "Namespace", "NodeID", "NodeName", "JobID", "TaskGroup",
+    "DesiredStatus", "DesiredDescription", "ClientStatus", "ClientDescription",
+    "DesiredTransition", "TaskStates", "DeploymentStatus", "FollowupEvalID", "NextAllocation",
+    "RescheduleTracker", "PreemptedAllocations", "PreemptedByAllocation", "CreateIndex",
+    "ModifyIndex", "CreateTime", "ModifyTime",
+)  # fmt: skip
+
+
+def allocation_stub(
+    alloc: Mapping[str, Any], *, resources: bool = False, task_states: bool = True
+) -> dict[str, Any]:
+    """An ``AllocListStub`` of a full allocation (``Allocation.Stub``, nomad/structs at v1.6.5):
+    the job's type and version instead of the job, ``AllocatedResources`` only when asked
+    (``resources=true``), ``TaskStates`` unless ``task_states=false``."""
+    stub = {key: alloc.get(key) for key in _STUB_FIELDS}
+    stub["JobType"] = alloc["Job"]["Type"]
+    stub["JobVersion"] = alloc["Job"]["Version"]
+    if resources:
+        stub["AllocatedResources"] = alloc["AllocatedResources"]
+    if not task_states:
+        stub["TaskStates"] = None
+    return stub
 
 
 def node(

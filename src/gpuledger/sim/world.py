@@ -18,6 +18,8 @@ A GPU in MIG mode (``mig: true``) lists its ``mig_devices`` [{uuid, profile, gi,
 memory_used, memory_total}]; ``nvidia_xml_fault: garbage`` breaks its ``-q -x`` and
 ``mig_relayout`` makes every second ``-L`` list its devices in another order. ``about`` says
 what the demo shows.
+``blink`` {id, namespace, job, group, tasks} is an allocation the demo starts and stops
+(``World.blink``), a change the node controller's watch on Nomad shows within a second.
 ``drift`` [{title, add_processes, remove_processes, gpus: {uuid: changes}}] lists the phases a
 demo cycles through, each a change of the node as the scenario begins (``drift_phases``).
 """
@@ -181,6 +183,21 @@ class World:
         self.nomad.set_allocations(s.get("allocations", []))
         self.nomad.set_gone(s.get("gone_allocations", []))
         self.nomad.set_hidden_namespaces(set(s.get("hidden_namespaces", [])))
+
+    def blink(self) -> bool | None:
+        """Start the scenario's ``blink`` allocation, or stop it (as Nomad does: desired stop,
+        client complete) when it runs: one allocation change. Whether it runs now; ``None``
+        when the scenario has none."""
+        spec = self.scenario.get("blink")
+        if not spec:
+            return None
+        allocations = list(self.scenario.get("allocations", []))
+        current = next((a for a in allocations if a["id"] == spec["id"]), None)
+        running = current is not None and current.get("client_status", "running") == "running"
+        others = [a for a in allocations if a["id"] != spec["id"]]
+        stopped = {**spec, "client_status": "complete", "desired_status": "stop"}
+        self.update(allocations=[*others, stopped if running else dict(spec)])
+        return not running
 
     @staticmethod
     def _owner(process: dict[str, Any], containers: dict[str, Any]) -> dict[str, Any]:

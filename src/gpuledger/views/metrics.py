@@ -2,13 +2,15 @@
 
 Base units (utilisation as a 0-1 ratio, memory in bytes), counters ending in ``_total``, no
 ``pid`` or ``alloc_id`` label (they churn: they belong in ``/findings``), and the Nomad job
-label is ``nomad_job``, never ``job`` (Prometheus owns that one).
+label is ``nomad_job``, never ``job`` (Prometheus owns that one). The watch on Nomad's
+allocations is read live at each scrape, not from the snapshot (``watch_families``): its index,
+the age of its view, its restarts, and the requests and bytes gpuledger cost Nomad.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -25,6 +27,9 @@ from gpuledger import __version__
 from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, LedgerUnit, Level
 from gpuledger.model.snapshots import Snapshot
 
+if TYPE_CHECKING:
+    from gpuledger.controller.nomad_watch import WatchStats
+
 MIB = 1024 * 1024
 STATES = tuple(GpuState)
 """A card's states; ``mig`` for a card in MIG mode."""
@@ -34,10 +39,10 @@ _INSTANCE_LABELS = ["uuid", "parent", "profile"]
 
 
 class SnapshotCollector:
-    """A ``prometheus_client`` collector over one snapshot (or none yet)."""
+    """A ``prometheus_client`` collector over one snapshot (or none yet), and the watch."""
 
-    def __init__(self, snapshot: Snapshot | None) -> None:
-        self.snapshot = snapshot
+    def __init__(self, snapshot: Snapshot | None, watch: WatchStats | None = None) -> None:
+        self.snapshot, self.watch = snapshot, watch
 
     def describe(self) -> list[Metric]:
         """Nothing: the families depend on the snapshot, so registration does not collect."""
@@ -53,6 +58,52 @@ class SnapshotCollector:
             yield from _node_families(self.snapshot)
             yield from _reservation_families(self.snapshot)
             yield _finding_open_family(self.snapshot.ledger)
+        if self.watch is not None:
+            yield from watch_families(self.watch)
+
+
+def watch_families(stats: WatchStats) -> Iterator[Metric]:
+    """The watch on Nomad's allocations, and what reading Nomad has cost it (the same names as
+    the fleet's for its own reads)."""
+    yield GaugeMetricFamily(
+        "gpuledger_nomad_watch_index",
+        "The X-Nomad-Index the watch asks next (0: a plain read).",
+        value=float(stats.index),
+    )
+    yield GaugeMetricFamily(
+        "gpuledger_nomad_watching",
+        "1 while blocking queries work; 0 while the watch polls at the interval or fails.",
+        value=1.0 if stats.watching else 0.0,
+    )
+    age = GaugeMetricFamily(
+        "gpuledger_nomad_view_age_seconds",
+        "Seconds since the watch's last good answer from Nomad (absent before the first).",
+        labels=[],
+    )
+    if stats.view_age_s is not None:
+        age.add_metric([], stats.view_age_s)
+    yield age
+    yield CounterMetricFamily(
+        "gpuledger_nomad_watch_restarts",
+        "Times the watch's thread died and was started again.",
+        value=float(stats.restarts),
+    )
+    requests = CounterMetricFamily(
+        "gpuledger_nomad_requests",
+        "Answers received from Nomad, by endpoint.",
+        labels=["endpoint"],
+    )
+    for endpoint, count in sorted(stats.requests.items()):
+        requests.add_metric([endpoint], float(count))
+    yield requests
+    body = CounterMetricFamily(
+        "gpuledger_nomad_response_bytes",
+        "Bytes of the bodies of Nomad's answers, by endpoint.",
+        labels=["endpoint"],
+    )
+    for endpoint, count in sorted(stats.response_bytes.items()):
+        body.add_metric([endpoint], float(count))
+    yield body
 
 
 def build_family() -> InfoMetricFamily:
@@ -302,9 +353,12 @@ def _node_families(snap: Snapshot) -> Iterator[Metric]:
     )
 
 
-def render(snapshot: Snapshot | None, accept: str) -> tuple[bytes, str]:
-    """The exposition of ``snapshot`` in the format ``accept`` asks for, and its content type."""
-    return exposition(SnapshotCollector(snapshot), accept)
+def render(
+    snapshot: Snapshot | None, accept: str, watch: WatchStats | None = None
+) -> tuple[bytes, str]:
+    """The exposition of ``snapshot`` (and the watch) in the format ``accept`` asks for, and its
+    content type."""
+    return exposition(SnapshotCollector(snapshot, watch), accept)
 
 
 JOB_LABELS = ["uuid", "namespace", "nomad_job", "task"]

@@ -1,11 +1,13 @@
 """The node controller's HTTP endpoints, as a WSGI application over the latest snapshot.
 
 ``/`` (the node's page), ``/ledger``, ``/findings``, ``/metrics`` and ``/healthz``. A request
-never reads a source: it renders (once per snapshot, kept in a ``RenderCache``) the snapshot the
-loop last published. Every endpoint answers GET and HEAD only, and every answer, errors
-included, carries the security headers (README, "The node controller"); ``WsgiApp`` is that
-much, shared with the fleet's application, and serves what the pages link: the style sheet
-(the one answer that may be cached: its URL carries its content's hash) and the favicon.
+never reads a source (the watch on Nomad's allocations, when there is one, is asked how it
+stands: ``/metrics`` shows it, ``/healthz``'s body says when it polls instead of watching):
+it renders (once per snapshot, kept in a ``RenderCache``) the snapshot the loop last published.
+Every endpoint answers GET and HEAD only, and every answer, errors included, carries the
+security headers (README, "The node controller"); ``WsgiApp`` is that much, shared with the
+fleet's application, and serves what the pages link: the style sheet (the one answer that may
+be cached: its URL carries its content's hash) and the favicon.
 
 ``/ledger`` and ``/findings`` carry an ``ETag`` that covers what they say, not when the tick
 happened, and answer ``304`` to an ``If-None-Match`` that names it; every answer says when the
@@ -18,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import parse_qs
@@ -38,6 +40,9 @@ from gpuledger.views.page import render_node, render_starting
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+    from gpuledger.collectors.nomad_transport import RequestCounts
+    from gpuledger.controller.nomad_watch import NomadWatch
 
 SECURITY_HEADERS = (
     (
@@ -154,13 +159,15 @@ def pretty_json(document: dict[str, object]) -> bytes:
     return (json.dumps(document, indent=2) + "\n").encode("utf-8")
 
 
-def health_answer(problems: list[str] | None, starting: str) -> Answer:
-    """``/healthz``: 200 ``ok``, or 503 and one line per problem (``None``: not started)."""
+def health_answer(problems: list[str] | None, starting: str, notes: Iterable[str] = ()) -> Answer:
+    """``/healthz``: 200 ``ok``, or 503 and one line per problem (``None``: not started);
+    then one line per note (what is worth knowing, and not a failure)."""
+    said = "".join(f"{n}\n" for n in notes)
     if problems is None:
-        return text_answer("503 Service Unavailable", starting)
+        return text_answer("503 Service Unavailable", starting + said)
     if problems:
-        return text_answer("503 Service Unavailable", "".join(f"{p}\n" for p in problems))
-    return text_answer("200 OK", "ok\n")
+        return text_answer("503 Service Unavailable", "".join(f"{p}\n" for p in problems) + said)
+    return text_answer("200 OK", "ok\n" + said)
 
 
 def metrics_answer(
@@ -228,9 +235,15 @@ class App(WsgiApp[Snapshot]):
     """The node controller's application; ``snapshot()`` returns what the loop last published."""
 
     def __init__(
-        self, snapshot: Callable[[], Snapshot | None], now: Callable[[], datetime]
+        self,
+        snapshot: Callable[[], Snapshot | None],
+        now: Callable[[], datetime],
+        *,
+        watch: NomadWatch | None = None,
+        counts: RequestCounts | None = None,
     ) -> None:
         self.snapshot, self.now = snapshot, now
+        self.watch, self.counts = watch, counts
         self.cache = RenderCache()
         super().__init__(
             snapshot,
@@ -267,8 +280,16 @@ class App(WsgiApp[Snapshot]):
         return self._json(snap, environ, "findings", findings_doc)
 
     def metrics(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
-        """The metrics, in the exposition format the ``Accept`` header asks for."""
-        return metrics_answer(self.cache, snap, environ, metrics.render)
+        """The metrics, in the exposition format the ``Accept`` header asks for; with a watch,
+        rendered at each scrape (its figures move between ticks)."""
+        if self.watch is None:
+            return metrics_answer(self.cache, snap, environ, metrics.render)
+        stats = self.watch.stats()
+        if self.counts is not None:
+            requests, body = self.counts.snapshot()
+            stats = replace(stats, requests=requests, response_bytes=body)
+        body_, content_type = metrics.render(snap, environ.get("HTTP_ACCEPT", ""), stats)
+        return Answer("200 OK", body_, content_type)
 
     def _json(
         self,
@@ -295,4 +316,5 @@ class App(WsgiApp[Snapshot]):
 
     def healthz(self, snap: Snapshot | None, environ: WSGIEnvironment) -> Answer:
         """200 ``ok``, or 503 and one line per failing source (or history, or stale loop)."""
-        return health_answer(snap.problems(self.now()) if snap else None, STARTING)
+        notes = self.watch.notes() if self.watch is not None else []
+        return health_answer(snap.problems(self.now()) if snap else None, STARTING, notes)
