@@ -202,3 +202,45 @@ def test_a_token_rotated_while_a_query_blocks_is_taken_at_the_next_request(
           lambda: served.statuses().get("gpu-nocontroller") == "missing")  # fmt: skip
     assert served.health()[0] == 200
     assert TOKEN_A not in served.log.read_text() and TOKEN_B not in served.log.read_text()
+
+
+# ------------------------------------------------------------------- the node's fake Nomad
+
+
+def test_fleet_serve_watches_the_fake_nomad_agent_too(tmp_path: Path) -> None:
+    """The same watch against ``sim/nomad_api.py``'s FakeNomad (the agent the node tests use),
+    whose node list blocks on its ``nodes`` table: quiet sweeps cost no read, a write to the
+    table reaches the fleet at the next sweep."""
+    from gpuledger.sim.nomad_api import FakeNomad  # noqa: PLC0415
+
+    nodes = make_nodes(5, seed=4)
+    nodes[4] = replace(nodes[4], name="gpu-nocontroller", controller=False)
+    with FleetSim(nodes) as sim, FakeNomad("00000000-0000-4000-8000-00000000f1ee") as nomad:
+        sim.nomad_limit = 4
+        nomad.cluster = sim
+        targets = tmp_path / "targets"
+        targets.write_text("\n".join(sim.targets()) + "\n")
+        log_path = tmp_path / "fleet.log"
+        with log_path.open("w") as log:
+            child = subprocess.Popen(
+                [*GPULEDGER, "fleet", "serve", "--listen", "127.0.0.1:0", "--interval", "1s",
+                 "--timeout", "2s", "--targets-file", str(targets), "--nomad-addr", nomad.url],
+                stdout=subprocess.PIPE, stderr=log, text=True,
+            )  # fmt: skip
+            assert child.stdout is not None
+            line = child.stdout.readline()
+            assert "listening on " in line, log_path.read_text()
+            served = Served(line.rsplit("listening on ", 1)[1].strip(), sim, tmp_path, log_path)
+            try:
+                until("a first sweep with Nomad's nodes", lambda: _swept(served))
+                before = nomad.requests_by_endpoint().get(NODES, 0)
+                assert before >= 1  # counted under this name: the first read
+                _sweeps_pass(served, 5)
+                assert nomad.requests_by_endpoint().get(NODES, 0) - before <= 1
+                sim.nomad_limit = None
+                nomad.touch_nodes()
+                until("the new node, missing",
+                      lambda: served.statuses().get("gpu-nocontroller") == "missing")  # fmt: skip
+            finally:
+                child.send_signal(signal.SIGTERM)
+                assert child.wait(30) == 0, log_path.read_text()
