@@ -64,3 +64,22 @@ def test_a_body_cut_mid_way_is_a_source_error(sim: FleetSim) -> None:
             cluster.decode_node_list(cluster.nodes_at(BlockingRead(0, WAIT, 5.0)).body)
     finally:
         sim.nomad.fault = None
+
+
+def test_a_probe_waits_on_one_node_and_reads_the_list_only_after_a_change(sim: FleetSim) -> None:
+    cluster = NomadCluster(NomadSettings(addr=sim.nomad.url))
+    index = cluster.nodes_at(BlockingRead(0, WAIT, 5.0)).meta.index or 0
+    quiet = cluster.nodes_watched(BlockingRead(index, WAIT, 5.0, probe=True))
+    assert (quiet.probed, quiet.body, quiet.requests) == (True, b"", 1)
+    assert quiet.received is None
+    before = sim.nomad.requests["/v1/nodes"]
+    node = next(iter(sim.nodes.values()))
+    node.nomad_status = "down"
+    try:
+        changed = cluster.nodes_watched(BlockingRead(index, WAIT, 5.0, probe=True))
+    finally:
+        node.nomad_status = "ready"
+    assert (changed.probed, changed.requests) == (False, 2)
+    assert sim.nomad.requests["/v1/nodes"] - before == 2
+    assert "down" in {n.status for n in cluster.decode_node_list(changed.body)}
+    assert (changed.received or 0) > len(changed.body) > 100 * 4

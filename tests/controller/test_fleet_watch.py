@@ -50,6 +50,7 @@ class Endpoint:
         self.fail = 0
         self.failure = SourceError(SourceName.NOMAD, "GET /v1/nodes answered 500: boom", "retry")
         self.asked: list[int] = []
+        self.probes = self.full = 0
 
     def change(self, body: bytes) -> None:
         self.index += 1
@@ -67,7 +68,14 @@ class Endpoint:
             self.clock.t += read.wait.total_seconds()  # nothing changed while it waited
         if self.mode == "no-index":
             index = None
-        return Blocked(QueryMeta(index, self.leader, self.contact), self.body)
+        meta = QueryMeta(index, self.leader, self.contact)
+        if read.probe:  # as NomadCluster.nodes_watched: the list only when the index moved
+            self.probes += 1
+            if index == read.index:
+                return Blocked(meta, b"", probed=True)
+            return Blocked(meta, self.body, requests=2)
+        self.full += 1
+        return Blocked(meta, self.body)
 
 
 def watch(
@@ -113,6 +121,24 @@ def test_a_quiet_hour_costs_a_request_a_wait_and_one_decode_a_resync(clock: Watc
     assert len(decoded) <= 7  # the first, then once a --nomad-resync (10 min) of the same index
     assert w.view() == b"v5"
     assert w.stats().watching
+
+
+def test_a_probing_watch_reads_the_whole_list_only_at_a_change_or_a_resync(
+    clock: WatchClock,
+) -> None:
+    endpoint = Endpoint(clock)
+    decoded: list[bytes] = []
+    w = FleetWatch("/v1/nodes", lambda: (endpoint.fetch, lambda b: decoded.append(b) or b),
+                   SETTINGS, clock, probe=True)  # fmt: skip
+    run_for(w, clock, 3600)
+    # Waits of 5 min: a probe, then (a resync due within the next wait) the list, blocking.
+    assert endpoint.full <= 7
+    assert endpoint.probes >= 5
+    assert len(decoded) == endpoint.full
+    endpoint.change(b"v6")
+    w.step()
+    assert w.view() == b"v6"
+    assert w.stats().requests == endpoint.full + endpoint.probes + 1  # the probe, then the list
 
 
 def test_a_change_is_taken_at_once(clock: WatchClock) -> None:

@@ -146,6 +146,12 @@ class Blocked:
 
     meta: QueryMeta
     body: bytes
+    probed: bool = False
+    """A probe that saw no change: ``body`` is not the list (``nodes_watched``)."""
+    requests: int = 1
+    """How many requests it took (a probe that saw a change, and the list read after it: 2)."""
+    received: int | None = None
+    """Body bytes of all of them; ``None``: ``len(body)``."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,8 @@ class BlockingRead:
     wait: timedelta
     timeout: float
     consistent: bool = False
+    probe: bool = False
+    """Block on a one-node page (``per_page=1``) instead of the whole list (``nodes_watched``)."""
 
     def params(self) -> dict[str, str]:
         """The query parameters of the read (``nomad_blocking.query_params``)."""
@@ -192,11 +200,26 @@ class NomadCluster(NomadReader):
         self._refresh_token()
         call = Call("/v1/nodes?resources=true", "node:read", NODE_READ_HINT)
         params: dict[str, Any] = {"resources": "true", **read.params()}
+        if read.probe:
+            params["per_page"] = "1"
         response = self._call(
             call,
             lambda: self._nodes.request(method="get", params=params, timeout=read.timeout),
         )
         return Blocked(parse_query_meta(response.headers), response.content)
+
+    def nodes_watched(self, read: BlockingRead) -> Blocked:
+        """``nodes_at``, blocking on a probe when ``read.probe``: ``Node.List`` (v1.6.5)
+        answers with the ``nodes`` table's index and wakes on any node's change whatever page
+        is asked, so a one-node page waits as the 17 MB list would; only when its index moved
+        is the whole list read (a plain read: the change is there already)."""
+        if not read.probe:
+            return self.nodes_at(read)
+        probe = self.nodes_at(read)
+        if probe.meta.index == read.index:
+            return Blocked(probe.meta, b"", probed=True)
+        full = self.nodes_at(BlockingRead(0, read.wait, read.timeout, read.consistent))
+        return Blocked(full.meta, full.body, requests=2, received=len(probe.body) + len(full.body))
 
     def decode_node_list(self, body: bytes) -> tuple[ClusterNode, ...]:
         """The nodes of a ``/v1/nodes?resources=true`` body (``nodes_at``'s)."""

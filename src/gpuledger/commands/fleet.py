@@ -105,10 +105,10 @@ def watched_config(
 
         def node_reads() -> tuple[Any, Any]:
             cluster = NomadCluster(options.nomad)
-            return cluster.nodes_at, cluster.decode_node_list
+            return cluster.nodes_watched, cluster.decode_node_list
 
         node_watch: FleetWatch[tuple[ClusterNode, ...]] = FleetWatch(
-            "/v1/nodes", node_reads, settings, clock
+            "/v1/nodes", node_reads, settings, clock, probe=True
         )
         watches.append(node_watch)
 

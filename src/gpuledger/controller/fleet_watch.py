@@ -84,8 +84,13 @@ class FleetWatch(Generic[T]):
         new_fetch: Callable[[], tuple[Callable[[BlockingRead], Blocked], Callable[[bytes], T]]],
         settings: WatchSettings,
         clock: Clock,
+        *,
+        probe: bool = False,
     ) -> None:
+        """``probe``: between resyncs, block on a probe (``BlockingRead.probe``) rather than
+        on the whole answer, which Nomad sends again at every wait's end."""
         self.endpoint, self.settings, self.clock = endpoint, settings, clock
+        self._probe = probe
         self._new_fetch = new_fetch
         self._fetch, self._decode = new_fetch()
         self._lock = threading.Condition()
@@ -112,16 +117,24 @@ class FleetWatch(Generic[T]):
         # After a failure, a plain read: an answer at once says Nomad is back (a query that
         # blocks could say so only at its next change or after its whole wait).
         index = 0 if self._relist else self.index
-        read = BlockingRead(index, s.wait, attempt_timeout(s.wait, MARGIN), s.consistent)
+        timeout = attempt_timeout(s.wait, MARGIN)
         began = self.clock.monotonic()
+        # A probe only while its answer comes before a resync is due: else the whole list.
+        probe = (
+            self._probe
+            and index > 0
+            and self.decoded_at is not None
+            and (began + timeout - self.decoded_at < s.resync.total_seconds())
+        )
+        read = BlockingRead(index, s.wait, timeout, s.consistent, probe)
         try:
             answer = self._fetch(read)
         except SourceError as err:
             return self._failed(err)
         now = self.clock.monotonic()
         with self._lock:
-            self.requests += 1
-            self.response_bytes += len(answer.body)
+            self.requests += answer.requests
+            self.response_bytes += len(answer.body) if answer.received is None else answer.received
         self._leaderless = leaderless_since(self._leaderless, answer.meta, now)
         stale = stale_reason(answer.meta, s.stale_bound, self._leaderless, now)
         if stale is not None:
@@ -131,7 +144,7 @@ class FleetWatch(Generic[T]):
             log.warning("nomad.watch_index_reset", endpoint=self.endpoint, was=self.index,
                         now=answer.meta.index)  # fmt: skip
         resync = self.decoded_at is None or now - self.decoded_at >= s.resync.total_seconds()
-        if step.changed or resync:
+        if step.changed or (resync and not answer.probed):
             try:
                 value = self._decode(answer.body)
             except SourceError as err:
