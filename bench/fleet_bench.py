@@ -213,6 +213,77 @@ def sizes(nomad_url: str) -> dict[str, int]:
     return got
 
 
+# --------------------------------------------------------------------------- an hour, modelled
+
+
+class _FakeTime:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> Any:
+        raise NotImplementedError
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float, wake: Any = None) -> None:
+        self.t += max(0.0, seconds)
+
+
+def hour(size: dict[str, int], *, probe: bool, node_changes_per_s: float) -> tuple[int, int]:
+    """Requests and bytes ``fleet serve``'s watch (``FleetWatch``, this tree's) asks of Nomad
+    in an hour of fake time, against an endpoint that blocks as ``blockingRPC`` does and whose
+    answers weigh what the simulated 10,000-node Nomad's do; ``node_changes_per_s``: writes to
+    the nodes table (allocation changes are not: they move the allocs table only)."""
+    from gpuledger.collectors.nomad_blocking import QueryMeta  # noqa: PLC0415
+    from gpuledger.collectors.nomad_cluster import Blocked  # noqa: PLC0415
+    from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings  # noqa: PLC0415
+
+    clock, sent = _FakeTime(), [0, 0]
+    full, small = b"x" * size["/v1/nodes resources"], size["/v1/nodes probe"]
+
+    def index() -> int:  # a write to the nodes table every 1 / node_changes_per_s seconds
+        return 1000 + int(clock.t * node_changes_per_s)
+
+    def fetch(read: Any) -> Any:
+        if 0 < read.index >= index():  # blocks until the next write, or the wait's end
+            change = (index() - 999) / node_changes_per_s if node_changes_per_s else 1e12
+            clock.t = min(clock.t + read.wait.total_seconds(), change)
+        meta = QueryMeta(index(), True, None)
+        if read.probe and index() == read.index:
+            sent[0], sent[1] = sent[0] + 1, sent[1] + small
+            return Blocked(meta, b"", probed=True)
+        asked = 2 if read.probe else 1
+        sent[0], sent[1] = sent[0] + asked, sent[1] + len(full) + (small if read.probe else 0)
+        return Blocked(meta, full, requests=asked)
+
+    watch = FleetWatch("/v1/nodes", lambda: (fetch, len), WatchSettings(interval=30.0), clock,
+                       probe=probe)  # fmt: skip
+    while clock.t < 3600:
+        clock.sleep(watch.step())
+    return sent[0], sent[1]
+
+
+def hours(size: dict[str, int]) -> list[str]:
+    """The table of an hour of the fleet's cost on Nomad, polling beside watching."""
+    body = size["/v1/nodes resources"]
+    lines = ["| an hour of `fleet serve` (30 s sweeps, 10,000 nodes) | requests | bytes | "
+             "vs polling |", "| --- | --- | --- | --- |"]  # fmt: skip
+    poll = (120, 120 * body)
+    lines.append(f"| polling (c594d24): the list every sweep | {poll[0]} | "
+                 f"{poll[1] / 1e6:,.0f} MB | 1x |")  # fmt: skip
+    for label, probe, rate in (
+        ("watching the list itself, quiet (or allocation churn only)", False, 0.0),
+        ("watching with the probe, quiet (or allocation churn only)", True, 0.0),
+        ("watching with the probe, a node change every minute", True, 1 / 60),
+        ("watching with the probe, a node change a second", True, 1.0),
+    ):
+        asked, sent = hour(size, probe=probe, node_changes_per_s=rate)
+        ratio = f"{poll[0] / asked:.1f}x fewer requests, {poll[1] / sent:.1f}x fewer bytes"
+        lines.append(f"| {label} | {asked} | {sent / 1e6:,.1f} MB | {ratio} |")
+    return lines
+
+
 # --------------------------------------------------------------------------- the tables
 
 
@@ -237,6 +308,7 @@ def table(results: dict[str, dict[str, Any]], size: dict[str, int]) -> str:
                      f"{cost[0]} | {cost[1]} |")  # fmt: skip
     lines += ["", "| answer | bytes |", "| --- | --- |"]
     lines += [f"| {k} | {v:,} |" for k, v in size.items()]
+    lines += ["", *hours(size)]
     return "\n".join(lines)
 
 

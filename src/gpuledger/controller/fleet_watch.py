@@ -106,7 +106,7 @@ class FleetWatch(Generic[T]):
         self._failing_since: float | None = None
         self._error: SourceError | None = None
         self._leaderless: float | None = None
-        self._relist = self._said_polling = False
+        self._relist = self._said_polling = self._churning = False
         self._tokens, self._tokens_at = 2.0, clock.monotonic()
 
     # ---------------------------------------------------------------- one request
@@ -119,10 +119,12 @@ class FleetWatch(Generic[T]):
         index = 0 if self._relist else self.index
         timeout = attempt_timeout(s.wait, MARGIN)
         began = self.clock.monotonic()
-        # A probe only while its answer comes before a resync is due: else the whole list.
+        # A probe only after an answer without a change (a churning cluster would cost a
+        # probe and a list per change), and while its answer comes before a resync is due.
         probe = (
             self._probe
             and index > 0
+            and not self._churning
             and self.decoded_at is not None
             and (began + timeout - self.decoded_at < s.resync.total_seconds())
         )
@@ -153,6 +155,7 @@ class FleetWatch(Generic[T]):
         else:
             self._publish(None, now, decoded=False)
         self.index, self._relist = step.next_index, False
+        self._churning = step.changed and index > 0  # a first read or a relist is no churn
         if not step.changed or not step.blocking:
             self._mode(step.blocking)  # a change answered at once proves nothing either way
         if not self.watching:
