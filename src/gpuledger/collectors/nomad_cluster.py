@@ -4,18 +4,25 @@ discovery (``/v1/service/<name>``, Nomad 1.3+) for clusters without Consul.
 The same settings, session, TLS and error messages as the node's reader (``collectors/nomad``):
 this is that reader, asked other questions. python-nomad has no call for ``/v1/service``: a
 python-nomad endpoint is made for it, so the session, token and errors stay the same.
+
+Both reads also come as blocking queries (``nodes_at``, ``service_at``: ``index``, ``wait``,
+``stale``, ``collectors/nomad_blocking``), answered as a ``Blocked`` (the headers read, the body
+kept undecoded: an answer at the same index is no change and need not be decoded again).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
 from nomad.api.base import Requester
 
 from gpuledger.collectors.nomad import NomadReader
+from gpuledger.collectors.nomad_blocking import QueryMeta, parse_query_meta, query_params
 from gpuledger.collectors.nomad_transport import Call, NomadSettings
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model.fleet_values import ClusterNode, Target, base_url, text_or_none
@@ -133,6 +140,37 @@ def decode_registrations(docs: object, scheme: str, path: str) -> tuple[Target, 
         ) from None
 
 
+@dataclass(frozen=True)
+class Blocked:
+    """One answer of a blocking read: its headers, and its body as it came (undecoded)."""
+
+    meta: QueryMeta
+    body: bytes
+    probed: bool = False
+    """A probe that saw no change: ``body`` is not the list (``nodes_watched``)."""
+    requests: int = 1
+    """How many requests it took (a probe that saw a change, and the list read after it: 2)."""
+    received: int | None = None
+    """Body bytes of all of them; ``None``: ``len(body)``."""
+
+
+@dataclass(frozen=True)
+class BlockingRead:
+    """How to ask: the index (0: a plain read), the wait, the attempt's timeout in seconds
+    (``nomad_blocking.attempt_timeout``), and whether to ask the leader (``--nomad-consistent``)."""
+
+    index: int
+    wait: timedelta
+    timeout: float
+    consistent: bool = False
+    probe: bool = False
+    """Block on a one-node page (``per_page=1``) instead of the whole list (``nodes_watched``)."""
+
+    def params(self) -> dict[str, str]:
+        """The query parameters of the read (``nomad_blocking.query_params``)."""
+        return query_params(self.index, self.wait, consistent=self.consistent)
+
+
 class NomadCluster(NomadReader):
     """Reads the cluster's nodes and service registrations from Nomad."""
 
@@ -157,6 +195,66 @@ class NomadCluster(NomadReader):
         except SourceError as err:
             raise self._error(err.message, err.hint or "") from None
 
+    def nodes_at(self, read: BlockingRead) -> Blocked:
+        """``/v1/nodes?resources=true`` as a blocking read: the answer, undecoded."""
+        self._refresh_token()
+        call = Call("/v1/nodes?resources=true", "node:read", NODE_READ_HINT)
+        params: dict[str, Any] = {"resources": "true", **read.params()}
+        if read.probe:
+            params["per_page"] = "1"
+        response = self._call(
+            call,
+            lambda: self._nodes.request(method="get", params=params, timeout=read.timeout),
+        )
+        return Blocked(parse_query_meta(response.headers), response.content)
+
+    def nodes_watched(self, read: BlockingRead) -> Blocked:
+        """``nodes_at``, blocking on a probe when ``read.probe``: ``Node.List`` (v1.6.5)
+        answers with the ``nodes`` table's index and wakes on any node's change whatever page
+        is asked, so a one-node page waits as the 17 MB list would; only when its index moved
+        is the whole list read (a plain read: the change is there already)."""
+        if not read.probe:
+            return self.nodes_at(read)
+        probe = self.nodes_at(read)
+        if probe.meta.index == read.index:
+            return Blocked(probe.meta, b"", probed=True)
+        full = self.nodes_at(BlockingRead(0, read.wait, read.timeout, read.consistent))
+        return Blocked(full.meta, full.body, requests=2, received=len(probe.body) + len(full.body))
+
+    def decode_node_list(self, body: bytes) -> tuple[ClusterNode, ...]:
+        """The nodes of a ``/v1/nodes?resources=true`` body (``nodes_at``'s)."""
+        call = Call("/v1/nodes?resources=true", "node:read", NODE_READ_HINT)
+        stubs = self._call(call, lambda: _json(body, _read_keys))
+        try:
+            return decode_nodes(stubs, self._resources, call.path)
+        except SourceError as err:
+            raise self._error(err.message, err.hint or "") from None
+
+    def service_at(self, name: str, namespace: str, read: BlockingRead) -> Blocked:
+        """``/v1/service/<name>`` as a blocking read (``ServiceRegistration.GetService``
+        blocks at v1.6.5): the answer, undecoded."""
+        self._refresh_token()
+        call = self._service_call(name, namespace)
+        params: dict[str, Any] = {"namespace": namespace, **read.params()}
+        response = self._call(
+            call,
+            lambda: self._service.request(
+                quote(name, safe=""), method="get", params=params, timeout=read.timeout
+            ),
+        )
+        return Blocked(parse_query_meta(response.headers), response.content)
+
+    def decode_services(
+        self, name: str, namespace: str, scheme: str, body: bytes
+    ) -> tuple[Target, ...]:
+        """The targets of a ``/v1/service/<name>`` body (``service_at``'s)."""
+        call = self._service_call(name, namespace)
+        docs = self._call(call, lambda: _json(body))
+        try:
+            return decode_registrations(docs, scheme, call.path)
+        except SourceError as err:
+            raise self._error(err.message, err.hint or "") from None
+
     def _resources(self, stub: Mapping[str, Any]) -> object:
         """The stub's resources; a Nomad before 1.0 lists none: the node is asked itself."""
         if "NodeResources" in stub:
@@ -166,17 +264,19 @@ class NomadCluster(NomadReader):
         doc = self._call(call, lambda: self._node.get_node(quote(node_id, safe="")))
         return doc.get("NodeResources") if isinstance(doc, Mapping) else None
 
-    def service(self, name: str, namespace: str, scheme: str) -> tuple[Target, ...]:
-        """The registrations of service ``name`` in ``namespace``, as targets that carry the
-        Nomad node id each registration names."""
-        self._refresh_token()
-        path = f"/v1/service/{name}?namespace={namespace}"
-        call = Call(
-            path,
+    def _service_call(self, name: str, namespace: str) -> Call:
+        return Call(
+            f"/v1/service/{name}?namespace={namespace}",
             f"read-job in namespace {namespace!r}",
             f'grant the token namespace "{namespace}" {{ capabilities = ["read-job"] }}, or '
             "run the fleet with a workload identity (it may read every service registration)",
         )
+
+    def service(self, name: str, namespace: str, scheme: str) -> tuple[Target, ...]:
+        """The registrations of service ``name`` in ``namespace``, as targets that carry the
+        Nomad node id each registration names."""
+        self._refresh_token()
+        call = self._service_call(name, namespace)
         docs = self._call(
             call,
             lambda: _json(
@@ -186,6 +286,6 @@ class NomadCluster(NomadReader):
             ),
         )
         try:
-            return decode_registrations(docs, scheme, path)
+            return decode_registrations(docs, scheme, call.path)
         except SourceError as err:
             raise self._error(err.message, err.hint or "") from None

@@ -15,10 +15,11 @@ import logging
 import os
 import sys
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 
@@ -35,13 +36,14 @@ from gpuledger.collectors.nomad_cluster import NomadCluster
 from gpuledger.commands.logs import configure_logging
 from gpuledger.commands.node_sources import nomad_env_settings, policy_file
 from gpuledger.commands.options import ConsulFlags, DiscoveryFlags, FleetFlags, TlsFlags
-from gpuledger.controller.clock import SystemClock
+from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
+from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings
 from gpuledger.core.fleet_join import Shard
 from gpuledger.errors import ConfigError, ExitCode
 from gpuledger.model import Level, SourceName
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
-from gpuledger.model.fleet_values import Fleet, Target
+from gpuledger.model.fleet_values import ClusterNode, Fleet, Target
 from gpuledger.policy.rules import Policy
 from gpuledger.views.fleet_table import render_fleet, render_fleet_findings
 from gpuledger.web.fleet_app import FleetApp
@@ -75,6 +77,68 @@ class FleetOptions:
     timeout: float = 5.0
     stale_after: timedelta = timedelta(minutes=2)
     shard: Shard | None = None
+
+
+@dataclass(frozen=True)
+class WatchNomad:
+    """``fleet serve``'s watches on Nomad (``--nomad-resync``, ``--nomad-max-stale``,
+    ``--nomad-consistent``, as ``serve`` takes them)."""
+
+    resync: timedelta = timedelta(minutes=10)
+    max_stale: timedelta | None = None
+    consistent: bool = False
+
+
+def watched_config(
+    options: FleetOptions, interval: timedelta, watch: WatchNomad, clock: Clock
+) -> tuple[FleetConfig, tuple[FleetWatch[Any], ...]]:
+    """``fleet_config``, its Nomad reads made watches (not started): the node list and the
+    service discovery each kept by a thread of its own with blocking queries."""
+    config = fleet_config(options)
+    settings = WatchSettings(
+        interval.total_seconds(), watch.resync, watch.max_stale, watch.consistent
+    )
+    first = options.timeout
+    watches: list[FleetWatch[Any]] = []
+    nodes: Callable[[], tuple[ClusterNode, ...]] | None = config.nodes
+    if config.nodes is not None:
+
+        def node_reads() -> tuple[Any, Any]:
+            cluster = NomadCluster(options.nomad)
+            return cluster.nodes_watched, cluster.decode_node_list
+
+        node_watch: FleetWatch[tuple[ClusterNode, ...]] = FleetWatch(
+            "/v1/nodes", node_reads, settings, clock, probe=True
+        )
+        watches.append(node_watch)
+
+        def nodes() -> tuple[ClusterNode, ...]:
+            return node_watch.view(first)
+
+    discovery = config.discovery
+    d = options.discover
+    if discovery.name is SourceName.NOMAD_SERVICES and d.nomad_service is not None:
+        name, namespace, scheme = d.nomad_service, d.nomad_namespace, d.node_scheme
+
+        def service_reads() -> tuple[Any, Any]:
+            cluster = NomadCluster(options.nomad)
+            return (
+                lambda read: cluster.service_at(name, namespace, read),
+                lambda body: cluster.decode_services(name, namespace, scheme, body),
+            )
+
+        service_watch: FleetWatch[tuple[Target, ...]] = FleetWatch(
+            f"/v1/service/{name}", service_reads, settings, clock
+        )
+        watches.append(service_watch)
+        discovery = replace(discovery, read=lambda: service_watch.view(first))
+    config = replace(
+        config,
+        nodes=nodes,
+        discovery=discovery,
+        watches=lambda: tuple(w.stats() for w in watches),
+    )
+    return config, tuple(watches)
 
 
 def fleet_config(options: FleetOptions) -> FleetConfig:
@@ -160,13 +224,14 @@ class ServeFleet:
     policy_path: Path | None = None
     web_config: Path | None = None
     """``--web-config``: HTTPS and basic auth, as ``serve`` takes them."""
+    watch: WatchNomad = field(default_factory=WatchNomad)
 
 
 def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: TextIO) -> ExitCode:
     """Run the fleet controller until SIGTERM; ``OK`` when it stopped as asked."""
-    config = fleet_config(options)
-    configure_logging(sys.stderr)
     clock = SystemClock()
+    config, watches = watched_config(options, serve.interval, serve.watch, clock)
+    configure_logging(sys.stderr)
     controller = FleetController(
         config, policy, interval=serve.interval, policy_path=serve.policy_path, clock=clock
     )
@@ -179,7 +244,13 @@ def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: T
             out.write(f"gpuledger fleet serve: listening on {url}\n")
         out.flush()
 
-    controller.run(started)
+    for watch in watches:
+        watch.start()
+    try:
+        controller.run(started)
+    finally:
+        for watch in watches:
+            watch.stop()
     return ExitCode.OK
 
 

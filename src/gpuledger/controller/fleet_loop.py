@@ -56,7 +56,7 @@ from gpuledger.model.fleet_values import (
     Target,
 )
 from gpuledger.model.history_record import GAP_INTERVALS
-from gpuledger.model.snapshots import FleetSnapshot
+from gpuledger.model.snapshots import FleetSnapshot, FleetWatchStats
 from gpuledger.model.text import excerpt, is_text, text_of
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
@@ -78,6 +78,10 @@ class DiscoverySource:
     read: Callable[[], tuple[Target, ...]]
 
 
+def _no_watches() -> tuple[FleetWatchStats, ...]:
+    return ()
+
+
 @dataclass(frozen=True)
 class FleetConfig:
     """What a sweep reads, and how."""
@@ -91,6 +95,8 @@ class FleetConfig:
     stale_after: timedelta = timedelta(minutes=2)
     """The age of a last tick that makes a controller stale when it does not say its interval."""
     shard: Shard | None = None
+    watches: Callable[[], tuple[FleetWatchStats, ...]] = _no_watches
+    """The watches on Nomad as they stand (``fleet serve``; ``controller/fleet_watch.py``)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,8 @@ class FleetController:
         self._kept: dict[str, _Kept] = {}
         self._node_ids: dict[str, str] = {}
         self._targets: tuple[Target, ...] | None = None
+        self._found: tuple[Target, ...] | None = None
+        """The discovery's last answer, as it came: the same object again is not merged again."""
         self._opened: dict[FindingKey, datetime] | None = {} if interval else None
         self._failing: dict[SourceName, str] = {}
         self.node_errors = 0
@@ -141,6 +149,7 @@ class FleetController:
     async def sweep(self, reader: LedgerReader) -> FleetSnapshot:
         """Discover, read Nomad and every controller, reconcile, publish."""
         started, at = self.clock.monotonic(), self.clock.now()
+        watches = self.config.watches()
         # Nomad's nodes are needed only to reconcile: read them while the ledgers are read.
         nodes = asyncio.ensure_future(self._desired())
         discovery = await self._discover()
@@ -159,7 +168,7 @@ class FleetController:
         if self._opened is not None:
             fleet, self._opened = date_findings(fleet, self._opened)
         snapshot = FleetSnapshot(
-            fleet, self.clock.monotonic() - started, self.interval, self.node_errors
+            fleet, self.clock.monotonic() - started, self.interval, self.node_errors, watches
         )
         self.snapshot = snapshot  # one attribute swap: readers see the old or the new, whole
         log.info(
@@ -180,7 +189,9 @@ class FleetController:
             err = _source_error(source.name, exc)
             self._source_failed(source.name, err)
             return Discovery(source.name, source.label, SourceStatus.failed(err.message, err.hint))
-        self._targets = merge_targets(t for t in map(_text_target, found) if t is not None)
+        if found is not self._found:  # the same answer (--targets, a watch's view): merged
+            self._targets = merge_targets(t for t in map(_text_target, found) if t is not None)
+            self._found = found
         self._source_up(source.name)
         return Discovery(source.name, source.label)
 
@@ -244,8 +255,10 @@ class FleetController:
 
     def _read(self, answer: LedgerAnswer, target: Target, at: datetime) -> ControllerRead:
         """What one controller's answer says, judged; its body is dropped here."""
-        hint = replace(
-            ControllerRead(target.url, NodeStatus.UNREACHABLE, answered=answer.status is not None),
+        hint = ControllerRead(
+            target.url,
+            NodeStatus.UNREACHABLE,
+            answered=answer.status is not None,
             node_id=target.node_id or self._node_ids.get(target.url),
             name=target.name,
             registered=target.node_id,
@@ -286,13 +299,14 @@ class FleetController:
     ) -> ControllerRead:
         """The judged ledger, unless the controller's loop has stopped ticking (stale)."""
         node = judgement.summary.node
-        read = replace(hint, node_id=node.nomad_node_id or hint.node_id, name=node.name,
-                       schema=1, gpus=gpus)  # fmt: skip
+        # One copy of the row per answer (a 304 is most of a sweep: ten thousand of them).
+        node_id, name = node.nomad_node_id or hint.node_id, node.name
         try:
             tick = parse_time(answer.tick, "tick") if answer.tick else judgement.summary.at
             interval = _interval(answer.interval)
         except (ContractError, ValueError):
-            return replace(read, error="answered a tick or interval header it cannot read")
+            why = "answered a tick or interval header it cannot read"
+            return replace(hint, node_id=node_id, name=name, schema=1, gpus=gpus, error=why)
         age = at - tick
         if interval is not None:
             limit = timedelta(seconds=GAP_INTERVALS * interval)
@@ -301,12 +315,17 @@ class FleetController:
             limit, of = self.config.stale_after, f"--stale-after {_human(self.config.stale_after)}"
         if age > limit:
             return replace(
-                read,
+                hint,
+                node_id=node_id,
+                name=name,
+                schema=1,
+                gpus=gpus,
                 status=NodeStatus.STALE,
                 error=f"last ticked at {iso_time(tick)}, {_human(age)} ago (more than {of}): "
                 "its loop has stopped while its HTTP still answers",
             )
-        return replace(read, status=NodeStatus.OK, summary=judgement.summary, error=None)
+        return replace(hint, node_id=node_id, name=name, schema=1, gpus=gpus,
+                       status=NodeStatus.OK, summary=judgement.summary, error=None)  # fmt: skip
 
     def _other_schema(
         self, hint: ControllerRead, doc: object, err: SchemaMismatchError

@@ -42,6 +42,23 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class FleetWatchStats:
+    """One of the fleet's watches on Nomad (the node list, service discovery), as of a sweep."""
+
+    endpoint: str
+    """``/v1/nodes`` or ``/v1/service/<name>``: the ``endpoint`` label of its metrics."""
+    index: int
+    """The ``X-Nomad-Index`` it asks next (0: a plain read)."""
+    watching: bool
+    """Blocking queries work (false: it polls at the interval, or fails)."""
+    view_age_s: float | None
+    """Seconds since its last good answer; ``None`` before the first."""
+    restarts: int
+    requests: int
+    response_bytes: int
+
+
+@dataclass(frozen=True)
 class FleetSnapshot:
     """Everything the fleet's endpoints serve, as of one sweep. Never changed once published."""
 
@@ -51,6 +68,8 @@ class FleetSnapshot:
     node_errors: int = 0
     """How many node answers the fleet has failed on unforeseen since it started (each cost
     that node only): ``gpuledger_fleet_node_errors_total``."""
+    watches: tuple[FleetWatchStats, ...] = ()
+    """The watches on Nomad (``fleet serve``), as the sweep began."""
 
     def problems(self, now: datetime) -> list[str]:
         """What keeps the fleet controller from being healthy, one line each."""

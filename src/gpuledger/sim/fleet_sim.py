@@ -17,7 +17,8 @@ APIs do (``sim/consul_api.py``, ``sim/nomad_api.py`` serve them).
 
 This module holds the nodes (:class:`SimNode`, :class:`SimGpu`), how a fleet is made
 (:func:`make_nodes`, :func:`mixed_nodes`) and the server (:class:`FleetSim`); the documents
-they answer, the ledger and Consul's and Nomad's views, are ``sim/fleet_payloads.py``'s.
+they answer, the ledger and Consul's and Nomad's views, are ``sim/fleet_payloads.py``'s; its
+Nomad, answering blocking queries on its own port, is ``sim/fleet_nomad.py``'s.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from gpuledger.sim.fleet_nomad import FleetNomad
 from gpuledger.sim.fleet_payloads import (
     CARDS,
     consul_entry,
@@ -213,6 +215,9 @@ class FleetSim:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._by_address: dict[str, SimNode] = {}
+        self.nomad = FleetNomad(self)
+        """Nomad's node list and services of this fleet, blocking as Nomad does (its own port,
+        ``nomad.url``, once started)."""
         if own_addresses:
             for n, node in enumerate(self.nodes.values()):
                 node.address = f"127.0.{1 + n // 250}.{1 + n % 250}"
@@ -302,6 +307,7 @@ class FleetSim:
         hosts = [n.address for n in self.nodes.values() if n.controller and n.fault != "dead"]
         for host in hosts if self.own_addresses else ["127.0.0.1"]:
             await web.TCPSite(self._runner, host, self.port, ssl_context=self.tls).start()
+        await self.nomad.serve()
 
     def stop(self) -> None:
         """Stop serving and close every connection."""
@@ -310,6 +316,7 @@ class FleetSim:
             return
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop).result(30)
+        asyncio.run_coroutine_threadsafe(self.nomad.close(), loop).result(30)
         asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:

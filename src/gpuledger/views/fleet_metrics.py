@@ -2,6 +2,9 @@
 
 Several fleet instances (``--shard K/N``) each export their share; Prometheus sums them
 (``sum(gpuledger_fleet_gpus) by (state)``). The Nomad job label is ``nomad_job``, never ``job``.
+
+The watches on Nomad (``fleet serve``) are ``gpuledger_nomad_*``, the names the node controller
+gives its own watch, each with the ``endpoint`` it watches (``/v1/nodes``, ``/v1/service/<name>``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpuledger.model import Code, GpuState, Level
 from gpuledger.model.fleet_values import Fleet, NodeStatus
-from gpuledger.model.snapshots import FleetSnapshot
+from gpuledger.model.snapshots import FleetSnapshot, FleetWatchStats
 from gpuledger.model.text import text_of
 from gpuledger.views.metrics import JOB_LABELS, build_family, exposition, finding_labels
 
@@ -40,6 +43,8 @@ class FleetCollector:
             yield from _node_families(self.snapshot.fleet)
             yield _finding_open_family(self.snapshot.fleet)
             yield from _sweep_families(self.snapshot)
+            if self.snapshot.watches:
+                yield from _watch_families(self.snapshot.watches)
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -140,6 +145,47 @@ def _sweep_families(snap: FleetSnapshot) -> Iterator[Metric]:
         "fleet.node_failed).",
         value=float(snap.node_errors),
     )
+
+
+def _watch_families(watches: tuple[FleetWatchStats, ...]) -> Iterator[Metric]:
+    """What each watch on Nomad stands at, and what reading Nomad has cost it."""
+    ep = ["endpoint"]
+    index = GaugeMetricFamily("gpuledger_nomad_watch_index",
+                              "The X-Nomad-Index the watch asks next (0: a plain read).",
+                              labels=ep)  # fmt: skip
+    watching = GaugeMetricFamily(
+        "gpuledger_nomad_watching",
+        "1 while blocking queries work; 0 while the watch polls at the interval or fails.",
+        labels=ep,
+    )
+    age = GaugeMetricFamily(
+        "gpuledger_nomad_view_age_seconds",
+        "Seconds since the watch's last good answer from Nomad (absent before the first).",
+        labels=ep,
+    )
+    restarts = CounterMetricFamily(
+        "gpuledger_nomad_watch_restarts",
+        "Times the watch's thread died and was started again.",
+        labels=ep,
+    )
+    requests = CounterMetricFamily(
+        "gpuledger_nomad_requests", "Answers received from Nomad, by endpoint.", labels=ep
+    )
+    body = CounterMetricFamily(
+        "gpuledger_nomad_response_bytes",
+        "Bytes of the bodies of Nomad's answers, by endpoint.",
+        labels=ep,
+    )
+    for w in watches:
+        label = [text_of(w.endpoint)]
+        index.add_metric(label, float(w.index))
+        watching.add_metric(label, 1.0 if w.watching else 0.0)
+        if w.view_age_s is not None:
+            age.add_metric(label, w.view_age_s)
+        restarts.add_metric(label, float(w.restarts))
+        requests.add_metric(label, float(w.requests))
+        body.add_metric(label, float(w.response_bytes))
+    yield from (index, watching, age, restarts, requests, body)
 
 
 def render(snapshot: FleetSnapshot | None, accept: str) -> tuple[bytes, str]:
