@@ -23,6 +23,8 @@ TIME_FLAGS = [
     (["ls"], "--timeout", "duration"),
     (["check"], "--timeout", "duration"),
     (["fleet", "serve"], "--interval", "duration"),
+    (["fleet", "serve"], "--nomad-resync", "duration"),
+    (["fleet", "serve"], "--nomad-max-stale", "duration"),
     *((["fleet", a], f, "duration") for a in ("ls", "check", "serve")
       for f in ("--timeout", "--stale-after")),
     (["report"], "--timeout", "duration"),

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import TextIO
 
-from gpuledger.cli import flags, types
+from gpuledger.cli import flags
 from gpuledger.cli.usage import UsageParser
 from gpuledger.errors import ExitCode
 
@@ -37,38 +37,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="Run the fleet controller.",
     )
     flags.add_serving(serve, listen=":9878", interval="30s", between="sweeps")
-    _add_watch(serve)
+    flags.add_nomad_watch(serve, "blocking queries on /v1/nodes and /v1/service")
     serve.set_defaults(fleet_action=_serve)
     for action in (ls, check, serve):
         flags.add_fleet_sources(action)
         action.set_defaults(usage_prog=action.prog)
-
-
-def _add_watch(p: argparse.ArgumentParser) -> None:
-    """The watches on Nomad's node list and service discovery: the flags and meanings of
-    ``serve``'s watch on its node's allocations."""
-    w = p.add_argument_group("watching Nomad (blocking queries on /v1/nodes and /v1/service)")
-    w.add_argument(
-        "--nomad-resync",
-        type=types.duration,
-        default=types.duration("10m"),
-        metavar="DURATION",
-        help="the longest a view of Nomad is trusted without a fresh answer; a blocking query "
-        "waits at most half of it (at most 5m, Nomad's limit) (default 10m)",
-    )
-    w.add_argument(
-        "--nomad-max-stale",
-        type=types.duration,
-        metavar="DURATION",
-        help="an answer whose server last heard from the leader longer ago "
-        "(X-Nomad-LastContact), or that has known no leader for longer, is Nomad failing "
-        "(default: three intervals)",
-    )
-    w.add_argument(
-        "--nomad-consistent",
-        action="store_true",
-        help="ask the leader (Nomad's default mode) instead of any server (?stale)",
-    )
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -95,10 +68,9 @@ def _check(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from gpuledger.commands.fleet import (  # noqa: PLC0415 - only to run
         ServeFleet,
-        WatchNomad,
         serve_command,
     )
 
-    watch = WatchNomad(args.nomad_resync, args.nomad_max_stale, args.nomad_consistent)
+    watch = flags.nomad_watch_of(args)
     serving = ServeFleet(args.listen, args.interval, args.policy, args.web_config, watch)
     return serve_command(flags.fleet_sources_of(args), serving, out)

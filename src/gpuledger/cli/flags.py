@@ -163,16 +163,20 @@ def nomad_of(args: argparse.Namespace) -> NomadFlags:
     )
 
 
-def add_nomad_watch(p: argparse.ArgumentParser) -> None:
-    """``serve``'s watch on the node's allocations: ``--nomad-resync``, ``--nomad-max-stale``,
+def add_nomad_watch(
+    p: argparse.ArgumentParser,
+    what: str = "serve: blocking queries on the node's allocations",
+) -> None:
+    """The watches on Nomad (``serve``'s on the node's allocations, ``fleet serve``'s on the
+    node list and service discovery): ``--nomad-resync``, ``--nomad-max-stale``,
     ``--nomad-consistent``."""
-    w = p.add_argument_group("watching Nomad (serve: blocking queries on the node's allocations)")
+    w = p.add_argument_group(f"watching Nomad ({what})")
     w.add_argument(
         "--nomad-resync",
         type=types.duration,
         default=types.duration("10m"),
         metavar="DURATION",
-        help="the longest a view of Nomad's allocations is trusted without a fresh answer; "
+        help="the longest a view of Nomad is trusted without a fresh answer; "
         "a blocking query waits at most half of it (at most 5m, Nomad's limit) (default 10m)",
     )
     w.add_argument(

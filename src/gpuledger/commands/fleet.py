@@ -35,7 +35,13 @@ from gpuledger.collectors.nomad import NomadSettings
 from gpuledger.collectors.nomad_cluster import NomadCluster
 from gpuledger.commands.logs import configure_logging
 from gpuledger.commands.node_sources import nomad_env_settings, policy_file
-from gpuledger.commands.options import ConsulFlags, DiscoveryFlags, FleetFlags, TlsFlags
+from gpuledger.commands.options import (
+    ConsulFlags,
+    DiscoveryFlags,
+    FleetFlags,
+    NomadWatchFlags,
+    TlsFlags,
+)
 from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
 from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings
@@ -79,14 +85,8 @@ class FleetOptions:
     shard: Shard | None = None
 
 
-@dataclass(frozen=True)
-class WatchNomad:
-    """``fleet serve``'s watches on Nomad (``--nomad-resync``, ``--nomad-max-stale``,
-    ``--nomad-consistent``, as ``serve`` takes them)."""
-
-    resync: timedelta = timedelta(minutes=10)
-    max_stale: timedelta | None = None
-    consistent: bool = False
+WatchNomad = NomadWatchFlags
+"""``fleet serve``'s watches on Nomad take ``serve``'s flags, with their meanings."""
 
 
 def watched_config(
