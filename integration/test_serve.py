@@ -184,8 +184,10 @@ def test_a_change_in_the_world_shows_on_every_endpoint_at_the_next_tick(
 ) -> None:
     first = serving.ready()
     assert gpu(first, FREE_GPU)["state"] == "free"
-    changed_at = time.time()
     world.update(processes=[*world.scenario["processes"], STRAY])
+    # Taken once every fake shows the change: a tick that began while the files were being
+    # rewritten (a slow update under load) has a later `at` but may have read the old world.
+    changed_at = time.time()
 
     def ledger_after_change() -> dict[str, Any] | None:
         doc = serving.get("/ledger").json()
