@@ -84,3 +84,26 @@ def test_the_temporary_file_is_unique_and_gone_after_a_save(tmp_path: Path) -> N
     history_file.save(path, History())
     assert sorted(os.listdir(tmp_path)) == ["history.json"]
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_serve_removes_what_a_kill_mid_save_left_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "history.json"
+    history_file.save(path, History(interval=controller(history=None)[0].interval))
+    before = path.read_bytes()
+    # What mkstemp names a save's temporary file (".history.json.<random>.tmp"), left by kills,
+    # beside files that only look alike and must stay.
+    (tmp_path / ".history.json.k3x_9q2a.tmp").write_text('{"half": ')
+    (tmp_path / ".history.json.zz81abcd.tmp").write_text("")
+    outside = tmp_path / "outside"
+    outside.write_text("not ours")
+    os.symlink(outside, tmp_path / ".history.json.link0001.tmp")
+    keep = [".history.json..tmp", "history.json.corrupt", ".other.json.abcdefgh.tmp", "x.tmp"]
+    for name in keep:
+        (tmp_path / name).write_text("keep")
+    c, _node, _clock = controller(history=path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["history.json", "outside", *keep]
+    )
+    assert outside.read_text() == "not ours"  # the link went, not what it pointed to
+    assert path.read_bytes() == before
+    assert c.history == history_file.load(path)

@@ -271,6 +271,31 @@ def save(path: Path, history: History) -> None:
     _sync_folder(path.parent)
 
 
+def remove_leftovers(path: Path) -> tuple[str, ...]:
+    """Remove the temporary files a controller killed mid-``save`` left beside the history
+    (``.FILE.<random>.tmp``: ``mkstemp``'s names for it); the names removed. A leftover never
+    harms the history (``os.replace`` is atomic) but would pile up, one per kill. Links are
+    removed as links (``unlink`` never follows one); what cannot be removed is left."""
+    target = os.fspath(path)
+    folder, name = os.path.split(target)
+    prefix = f".{name}."
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(folder or "."))
+    except OSError:
+        return ()
+    for entry in entries:
+        middle = entry.name[len(prefix) : -len(".tmp")]
+        if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")) or not middle:
+            continue
+        if not entry.is_file(follow_symlinks=False) and not entry.is_symlink():
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
+            removed.append(entry.name)
+    return tuple(sorted(removed))
+
+
 def _sync_folder(folder: Path) -> None:
     """Make the rename itself durable; a folder that cannot be opened is left as it is."""
     try:

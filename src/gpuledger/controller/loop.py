@@ -298,6 +298,9 @@ class NodeController:
         path = self.history_path
         if path is None:
             return fresh
+        leftovers = history_file.remove_leftovers(path)
+        if leftovers:
+            log.info("history.leftovers_removed", path=str(path), files=list(leftovers))
         try:
             return history_file.load(path)
         except FileNotFoundError:
