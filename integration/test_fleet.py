@@ -336,9 +336,15 @@ def test_demo_fleet_serves_a_simulated_cluster_and_prints_its_url() -> None:
         statuses = {n["status"] for n in doc["nodes"]}
         assert statuses == {"ok", "stale", "unreachable", "missing", "down", "schema-mismatch"}
         assert any(f["code"] == "controller-missing" for f in doc["findings"])
-        assert "the fleet's page: totals, nodes worst first" in out.text()
+        assert "the fleet's page: nodes and jobs by waste first" in out.text()
         page = requests.get(found[1], timeout=10).text
-        assert "<h1>gpuledger fleet</h1>" in page and '<table class="nodes stack">' in page
+        assert "<h1>gpuledger fleet</h1>" in page
+        # the nodes read, by waste, come first; the demo's unreachable, missing, stale and
+        # schema-mismatch nodes in their own table after them
+        waste, problems = page.find('<table class="nodes waste stack">'), page.find(
+            '<table class="nodes problems stack">'
+        )
+        assert 0 < waste < problems, (waste, problems)
     finally:
         stop.set()
         demo.join(60)

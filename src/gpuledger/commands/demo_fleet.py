@@ -24,7 +24,7 @@ FLEET_LISTEN = "127.0.0.1:9878"
 FLEET_INTERVAL = "5s"
 DRIFT_EVERY_S = 10.0
 ENDPOINTS = (
-    ("", "the fleet's page: totals, nodes worst first, jobs most idle first, findings"),
+    ("", "the fleet's page: nodes and jobs by waste first, then nodes not read, findings"),
     ("fleet", "every node: status, GPUs by state, findings by level; jobs; totals (JSON)"),
     ("findings", "the fleet's findings, worst first (JSON)"),
     ("metrics", "gpuledger_fleet_* for Prometheus"),
