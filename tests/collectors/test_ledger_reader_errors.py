@@ -11,6 +11,7 @@ import contextlib
 import errno
 import io
 import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -161,3 +162,30 @@ def test_the_fleet_shows_a_redirecting_node_without_what_it_points_at(
     (row,) = json.loads(out.getvalue())["nodes"]
     assert code == 0 and row["status"] == "unreachable"
     assert row["error"].startswith(f"answered HTTP 302, a redirect to {internal.url}: a node")
+
+
+def test_read_all_answers_in_order_and_names_what_missed_the_sweeps_budget() -> None:
+    # Two at a time: one worker held by a node that never answers within the budget, the
+    # other reads every other node; the held one (and only it) is late, each in its place.
+    release = threading.Event()
+
+    def answer(path: str) -> tuple[int, dict[str, str], bytes]:
+        if path.startswith("/hang/"):
+            release.wait(30)
+        return 200, {"Content-Type": "application/json", "ETag": f'"{path}"'}, b"{}"
+
+    async def go(base: str) -> list[LedgerAnswer]:
+        asks = [(f"{base}/n{i}", None) for i in range(3)]
+        asks.insert(1, (f"{base}/hang", "x"))
+        async with LedgerReader(TlsSettings(), concurrency=2, timeout=30.0) as reader:
+            return await reader.read_all(asks, 3.0, lambda a: a)
+
+    with serve(answer) as node:
+        try:
+            got = asyncio.run(go(node.url))
+        finally:
+            release.set()
+    assert [a.url for a in got] == [f"{node.url}/{p}" for p in ("n0", "hang", "n1", "n2")]
+    assert [a.status for a in got] == [200, None, 200, 200]
+    assert [a.etag for a in got] == ['"/n0/ledger"', None, '"/n1/ledger"', '"/n2/ledger"']
+    assert got[1].error == "not read within the sweep's budget of 3s"
