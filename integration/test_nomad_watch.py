@@ -14,17 +14,14 @@ request an interval and watching none.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gpuledger.sim.world import World
+from integration import test_serve
 from integration.runtimes import missing
 from integration.test_serve import (
     IDLE_GPU,
@@ -41,23 +38,8 @@ GPU0 = "GPU-7a1c3e52-0b8d-4f6a-9e21-5c3d7b8a1f00"  # the training job's, its pro
 CHANGE_VISIBLE_S = 1.5
 
 
-@pytest.fixture
-def start(world: World, tmp_path: Path) -> Iterator[StartServe]:
-    """Start ``gpuledger serve`` processes (``test_serve``'s ``Serve``), each stopped after the
-    test; a kill for one that does not stop."""
-    started: list[Serve] = []
-
-    def starter(*flags: str, interval: str = "2s") -> Serve:
-        started.append(Serve(world, tmp_path, *flags, interval=interval))
-        return started[-1]
-
-    yield starter
-    for s in started:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            s.stop()
-        if s.proc.poll() is None:
-            s.proc.kill()
-            s.proc.wait()
+start = test_serve.start
+"""``test_serve``'s fixture: ``gpuledger serve`` processes, each stopped after the test."""
 
 
 def allocation_requests(world: World) -> int:
