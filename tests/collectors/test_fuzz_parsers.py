@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuledger.collectors.kernel_log import parse_kmsg_record, parse_xid, pci_key
 from gpuledger.collectors.nomad import parse_allocation
 from gpuledger.collectors.procfs import _parse_cmdline
 from gpuledger.collectors.runtimes import container_of
@@ -95,6 +96,31 @@ YAML_WORDS = [
     "999999999999d",
     "\n",
     "#",
+]
+
+
+KERNEL_LOG_WORDS = [
+    "NVRM: Xid (PCI:",
+    "0000:3b:00",
+    "00000000:3B:00.0",
+    "): ",
+    "79",
+    "48, ",
+    "pid=",
+    "'<unknown>'",
+    "1234",
+    ", name=",
+    "<unknown>",
+    "python3",
+    ", ",
+    "4,1839,219470994,-;",
+    "6,1,2,c,x;",
+    "\n ",
+    "\\x0a",
+    ";",
+    ",",
+    ".",
+    ":",
 ]
 
 
@@ -227,3 +253,12 @@ HISTORY_WORDS = [
 def test_any_history_text_gives_a_history_or_corrupt(text: str) -> None:
     with contextlib.suppress(HistoryCorruptError):
         parse_history(text)
+
+
+@given(words(KERNEL_LOG_WORDS))
+def test_any_kernel_log_text_gives_a_record_an_xid_or_none(text: str) -> None:
+    record = parse_kmsg_record(text)
+    xid = parse_xid(record.message if record is not None else text)
+    if xid is not None:
+        assert pci_key(xid.pci) == xid.pci  # the key is its own key: one GPU, one name
+        assert xid.xid >= 0

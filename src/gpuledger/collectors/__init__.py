@@ -8,6 +8,7 @@ over the clients, the clients over TLS. Its modules:
 - ``nvidia_mig``: ``nvidia-smi -L`` and ``-q -x``, and the rule that places a process on a MIG
   instance only where the driver's outputs prove it (both backends use it);
 - ``nvidia_codes``: NVML's return codes and what each means to the operator (both backends);
+- ``kernel_log``: the kernel log's Xid lines, ``/dev/kmsg`` records and PCI bus ids, parsed;
 - ``procfs``: each GPU process's owner and command line from ``/proc``;
 - ``runtimes``: container names and labels from Docker and Podman;
 - ``nomad_transport``: Nomad's settings and ``NomadApi``, the session (TLS, token, Task API
