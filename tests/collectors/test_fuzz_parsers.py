@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuledger.collectors.kernel_log import parse_kmsg_record, parse_xid, pci_key
-from gpuledger.collectors.nomad import parse_allocation
+from gpuledger.collectors.nomad import parse_allocation, parse_node_devices
 from gpuledger.collectors.procfs import _parse_cmdline
 from gpuledger.collectors.runtimes import container_of
 from gpuledger.commands.policy_test.suite import load_suite
@@ -196,6 +196,45 @@ ALLOCATION = st.fixed_dictionaries(
 def test_any_allocation_document_gives_an_allocation_or_value_error(doc: object) -> None:
     with contextlib.suppress(ValueError):
         parse_allocation(doc)
+
+
+INSTANCE = st.fixed_dictionaries(
+    {},
+    optional={
+        "ID": st.sampled_from([UUID, "", None]) | JSON,
+        "Healthy": st.booleans() | JSON,
+        "HealthDescription": st.text(max_size=8) | JSON,
+        "Locality": st.fixed_dictionaries({}, optional={"PciBusID": st.text(max_size=8) | JSON})
+        | JSON,
+    },
+)
+NODE_DEVICES = st.fixed_dictionaries(
+    {},
+    optional={
+        "NodeResources": st.fixed_dictionaries(
+            {},
+            optional={
+                "Devices": st.lists(
+                    st.fixed_dictionaries(
+                        {"Vendor": st.just("nvidia"), "Type": st.just("gpu")},
+                        optional={"Name": JSON, "Instances": st.lists(INSTANCE, max_size=3) | JSON},
+                    )
+                    | JSON,
+                    max_size=3,
+                )
+                | JSON
+            },
+        )
+        | JSON
+    },
+)
+
+
+@given(NODE_DEVICES | JSON)
+def test_any_node_document_gives_its_devices_none_or_value_error(doc: object) -> None:
+    with contextlib.suppress(ValueError):
+        devices = parse_node_devices(doc)
+        assert devices is None or all(d.id for d in devices)
 
 
 @given(words(YAML_WORDS))

@@ -2,7 +2,8 @@
 
 ``NomadReader`` reads them over the transport of ``nomad_transport`` (``NomadApi``): the node's
 id and name, its allocations, and each allocation a task claims that the node list lacks;
-``parse_allocation`` decodes one allocation, every shape checked.
+``parse_allocation`` decodes one allocation, every shape checked; ``parse_node_devices`` the GPUs
+Nomad's device plugin fingerprinted on the node (not read by the tick yet).
 
 The node's list is asked as a blocking query can ask it (``list_allocations``: ``index``,
 ``wait``, ``stale``, the answer's ``X-Nomad-*`` headers read by ``nomad_blocking``); an answer
@@ -41,6 +42,7 @@ from gpuledger.collectors.nomad_transport import (
     settings_from_env,
 )
 from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
+from gpuledger.model.health import NomadDevice
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.text import excerpt, is_text
 
@@ -51,6 +53,7 @@ __all__ = [
     "NomadSettings",
     "ReadMode",
     "parse_allocation",
+    "parse_node_devices",
     "settings_from_env",
 ]
 
@@ -99,6 +102,43 @@ def _gpu_ids(task_resources: Mapping[str, Any], where: str) -> tuple[str, ...]:
                     raise ValueError(f"{where}.Devices[{i}].DeviceIDs[{j}] is not a string")
                 ids.append(gpu)
     return tuple(ids)
+
+
+def parse_node_devices(doc: Any) -> tuple[NomadDevice, ...] | None:
+    """The ``nvidia``/``gpu`` device instances Nomad fingerprinted, from ``/v1/node/<id>``;
+    ``None`` for a node without ``NodeResources`` (Nomad before 0.9 had no devices: nothing to
+    compare), ``()`` for one whose plugin fingerprinted none. ``ValueError`` for a shape Nomad
+    never answers."""
+    node = _mapping(doc, "the node")
+    if node.get("NodeResources") is None:
+        return None
+    resources = _mapping(node["NodeResources"], "NodeResources")
+    found: list[NomadDevice] = []
+    for i, raw in enumerate(_items(resources.get("Devices"), "NodeResources.Devices")):
+        where = f"NodeResources.Devices[{i}]"
+        group = _mapping(raw, where)
+        if group.get("Vendor") != "nvidia" or group.get("Type") != "gpu":
+            continue
+        name = _text(group, "Name", where)
+        for j, item in enumerate(_items(group.get("Instances"), f"{where}.Instances")):
+            at = f"{where}.Instances[{j}]"
+            instance = _mapping(item, at)
+            device_id = _text(instance, "ID", at)
+            if not device_id:
+                raise ValueError(f"{at} has no ID")
+            healthy = instance.get("Healthy")
+            locality = _mapping(instance.get("Locality"), f"{at}.Locality")
+            bus = _text(locality, "PciBusID", f"{at}.Locality")
+            found.append(
+                NomadDevice(
+                    id=device_id,
+                    name=name,
+                    healthy=healthy if isinstance(healthy, bool) else None,
+                    health_description=_text(instance, "HealthDescription", at),
+                    pci_bus_id=bus or None,
+                )
+            )
+    return tuple(found)
 
 
 def parse_allocation(doc: Any) -> Allocation:

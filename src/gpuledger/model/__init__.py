@@ -6,6 +6,7 @@ and the policy combine them, the views render them. Its modules:
 
 - ``readings``: what the collectors read: GPUs, MIG instances and processes, ``/proc`` owners,
   containers, Nomad's allocations, and each source's status (``SourceName``, ``TICK_SOURCES``);
+- ``health``: Nomad's fingerprinted GPU devices and its word on their health;
 - ``values``: the ledger made of them: states, tenants and verdicts, findings, since-whens;
 - ``fleet_values``: the fleet's values: Nomad's nodes, the controllers read, the fleet ledger;
 - ``report_values``: ``report``'s values: Prometheus samples, the window, GPU-hours;
