@@ -29,17 +29,14 @@ _MAX_LINE = 64 * 1024
 is not read as a record."""
 
 _KMSG = re.compile(r"(\d{1,10}),(\d{1,20}),(\d{1,20}),([^,;]*)(?:,[^;]*)?;(.*)", re.DOTALL)
-_XID = re.compile(
-    r"NVRM: Xid \(PCI:([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): "
-    r"(\d{1,4})(?:,\s*(.*))?",
-    re.DOTALL,
-)
+_ADDRESS = r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?"
+"""A PCI address, domain, bus and device (the function, when written, dropped): one pattern for
+the Xid line and ``pci_key``, so that what the log names a GPU and what the key reads agree."""
+_XID = re.compile(rf"NVRM: Xid \(PCI:{_ADDRESS}\): (\d{{1,4}})(?:,\s*(.*))?", re.DOTALL | re.ASCII)
 _PID = re.compile(
-    r"pid=(?:'<unknown>'|<unknown>|(\d{1,10}))\s*,\s*name=([^,]*),?\s*(.*)", re.DOTALL
+    r"pid=(?:'<unknown>'|<unknown>|(\d{1,10}))\s*,\s*name=([^,]*),?\s*(.*)", re.DOTALL | re.ASCII
 )
-_PCI = re.compile(
-    r"(?:PCI:)?([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?", re.ASCII
-)
+_PCI = re.compile(rf"(?:PCI:)?{_ADDRESS}", re.ASCII)
 _BTIME = re.compile(r"^btime (\d{1,12})$", re.MULTILINE)
 
 
@@ -98,10 +95,8 @@ def parse_xid(message: str) -> XidLine | None:
     match = _XID.match(message, start)
     if match is None:
         return None
-    pci = pci_key(match.group(1))
-    if pci is None:
-        return None
-    rest = (match.group(3) or "").strip()
+    domain, bus, device, xid, detail = match.groups()
+    rest = (detail or "").strip()
     pid: int | None = None
     process: str | None = None
     named = _PID.match(rest)
@@ -110,7 +105,7 @@ def parse_xid(message: str) -> XidLine | None:
         name = named.group(2).strip()
         process = None if name in ("", "<unknown>") else name
         rest = named.group(3).strip()
-    return XidLine(pci, int(match.group(2)), pid, process, rest)
+    return XidLine(_key(domain, bus, device), int(xid), pid, process, rest)
 
 
 def pci_key(text: str) -> str | None:
@@ -120,7 +115,10 @@ def pci_key(text: str) -> str | None:
     match = _PCI.fullmatch(text.strip())
     if match is None:
         return None
-    domain, bus, device = match.groups()
+    return _key(*match.groups())
+
+
+def _key(domain: str, bus: str, device: str) -> str:
     return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}"
 
 
