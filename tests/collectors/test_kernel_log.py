@@ -75,6 +75,7 @@ def test_lines_without_a_pid_keep_their_words() -> None:
         "NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)",
         "NVRM: Xid (PCI:0000:07:00): forty-eight, pid=1, name=x, words",  # a format never seen
         "NVRM: Xid (PCI:zz:07:00): 48, pid=1, name=x, words",  # not a PCI address
+        "NVRM: Xid (PCI:0000:07:00): \u0664\u0668, pid=1, name=x, words",  # Arabic-Indic 48
         "NVRM: Xid (0000:07:00) 48",
         "usb 1-1: new high-speed USB device number 2 using xhci_hcd",
         "NVRM: Xid (PCI:0000:07:00): 48" + ", x" * 40_000,  # over 64 KiB
