@@ -67,6 +67,9 @@ class SourceName(str, enum.Enum):
     NOMAD = "nomad"
     """Nomad's HTTP API: on a node, its allocations; in the fleet, Nomad's node list
     (``/v1/nodes``), the fleet document's ``sources.nomad``."""
+    KERNEL_LOG = "kernel-log"
+    """The kernel log (``--kernel-log``, ``/dev/kmsg``): the driver's Xid lines, when NVML's
+    event API is not there to hand them over. Failing blinds only the Xid part of health."""
     NOMAD_META = "nomad-meta"
     """Nomad's dynamic node metadata, as ``serve --publish-node-meta`` writes it (the owner
     ``source:nomad-meta`` of its ``source-unavailable`` finding)."""

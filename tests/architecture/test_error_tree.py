@@ -145,6 +145,7 @@ def test_the_wire_values_of_the_sources_never_change() -> None:
         "DOCKER": "docker",
         "PODMAN": "podman",
         "NOMAD": "nomad",
+        "KERNEL_LOG": "kernel-log",
         "NOMAD_META": "nomad-meta",
         "CONSUL": "consul",
         "NOMAD_SERVICES": "nomad-services",

@@ -1,15 +1,95 @@
-"""What the scheduler believes of a node's GPUs: the devices Nomad's device plugin fingerprinted
-(``NodeResources.Devices`` of ``/v1/node/<id>``), each instance with Nomad's word on its health.
+"""GPU health, from both sides: what the driver reports of a card's faults (``GpuHealth``, the
+Xid errors it logged, the GPUs it lost) and what the scheduler believes of it (``NomadDevice``:
+the devices Nomad's device plugin fingerprinted, each with Nomad's word on its health).
 
-The first value of GPU health (issue 25); the driver's side (ECC, retired pages, remapped rows,
-Xid errors) joins it as the collectors learn to read it.
+Every field is optional on its own: an old driver, a card without ECC or a field the driver
+answers ``[N/A]`` leaves it ``None``, which is *unknown* — neither healthy nor unhealthy
+(issue 25; ``policy/evaluate.py`` judges only what is known).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
-__all__ = ["NomadDevice"]
+__all__ = ["GpuHealth", "LostGpu", "NomadDevice", "XidEvent"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """What the driver reports of a card's (or a MIG instance's) faults. ``None``: not reported.
+
+    The names follow ``nvidia-smi --help-query-gpu`` and NVML's calls
+    (``nvmlDeviceGetTotalEccErrors``, ``nvmlDeviceGetRetiredPages``,
+    ``nvmlDeviceGetRemappedRows``, ``nvmlDeviceGetCurrPcieLink*``,
+    ``nvmlDeviceGetCurrentClocksEventReasons``).
+    """
+
+    ecc_uncorrected_volatile: int | None = None
+    """Uncorrectable ECC errors since the driver last loaded
+    (``ecc.errors.uncorrected.volatile.total``)."""
+    ecc_uncorrected_aggregate: int | None = None
+    """Over the card's life (``ecc.errors.uncorrected.aggregate.total``)."""
+    ecc_corrected_volatile: int | None = None
+    """Correctable ones since the driver loaded: counted, never a fault by themselves."""
+    retired_pages_sbe: int | None = None
+    """Pages retired for single-bit errors (``retired_pages.sbe``; cards before Ampere)."""
+    retired_pages_dbe: int | None = None
+    """Pages retired for double-bit errors (``retired_pages.dbe``)."""
+    retired_pages_pending: bool | None = None
+    """A page waits to be retired at the next reset (``retired_pages.pending``)."""
+    remapped_rows_correctable: int | None = None
+    """Rows remapped for correctable errors (``remapped_rows.correctable``; Ampere and later)."""
+    remapped_rows_uncorrectable: int | None = None
+    """Rows remapped for uncorrectable errors (``remapped_rows.uncorrectable``)."""
+    remapped_rows_pending: bool | None = None
+    """A remap waits for the next reset (``remapped_rows.pending``)."""
+    remapped_rows_failure: bool | None = None
+    """A remap failed (``remapped_rows.failure``): the card needs service."""
+    pcie_gen: int | None = None
+    """The link generation now (``pcie.link.gen.gpucurrent``)."""
+    pcie_gen_max: int | None = None
+    """The highest the card and the host allow (``pcie.link.gen.max``)."""
+    pcie_width: int | None = None
+    """Lanes now (``pcie.link.width.current``)."""
+    pcie_width_max: int | None = None
+    """Lanes the card and the host allow (``pcie.link.width.max``)."""
+    hw_slowdown: bool | None = None
+    """The clocks are held down by hardware (``clocks_event_reasons.hw_slowdown``)."""
+    power_brake: bool | None = None
+    """The external power brake is asserted (``clocks_event_reasons.hw_power_brake_slowdown``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LostGpu:
+    """A GPU the driver listed and can no longer reach ("GPU is lost", "Unable to determine
+    the device handle"): a fact about that card, while the others are still read."""
+
+    pci_bus_id: str | None
+    """Its bus id as the driver wrote it (``00000000:3B:00.0``), when it named one."""
+    message: str
+    """What the driver said, as it said it (shown quoted)."""
+    index: int | None = None
+    """Its index, when the driver's answer ties the bus id to one."""
+    uuid: str | None = None
+    """Its UUID, when it was read before the card was lost (the previous tick)."""
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """One Xid error the driver logged: from NVML's event API or the kernel log."""
+
+    pci: str
+    """The bus id in the kernel log's form (``0000:3b:00``, ``collectors.kernel_log.pci_key``)."""
+    xid: int
+    at: datetime
+    """When it happened: the record's own timestamp (the kernel log) or when NVML handed it."""
+    detail: str = ""
+    """The rest of the driver's line (``pid=1234, name=python, Ch 00000008``)."""
+    pid: int | None = None
+    process: str | None = None
+    source: str = "kernel-log"
+    """``kernel-log`` or ``nvml``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuledger.errors import SourceName
+from gpuledger.model.health import GpuHealth, LostGpu, NomadDevice, XidEvent
 
 __all__ = [
     "TERMINAL_CLIENT_STATUSES",
@@ -24,9 +25,12 @@ __all__ = [
     "Allocation",
     "Container",
     "Gpu",
+    "GpuHealth",
     "GpuProcess",
     "GpuReading",
+    "LostGpu",
     "MigInstance",
+    "NomadDevice",
     "NomadView",
     "OwnerKind",
     "ProcessInfo",
@@ -34,6 +38,7 @@ __all__ = [
     "Runtime",
     "SourceName",
     "SourceStatus",
+    "XidEvent",
 ]
 
 Runtime = Literal["docker", "podman"]
@@ -60,6 +65,11 @@ class Gpu:
     driver_version: str | None = None
     mig_pending: bool | None = None
     """MIG mode after the next reset of the card, when the driver reports it."""
+    pci_bus_id: str | None = None
+    """The card's PCI bus id as the driver writes it (``00000000:3B:00.0``): how an Xid line
+    of the kernel log, which writes ``0000:3b:00``, is matched to it."""
+    health: GpuHealth | None = None
+    """The driver's word on the card's faults; ``None`` when nothing of it was read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +87,8 @@ class MigInstance:
     memory_used_mib: int | None = None
     """Of its GPU instance: compute instances of one GPU instance share its memory."""
     memory_total_mib: int | None = None
+    health: GpuHealth | None = None
+    """Where the driver reports it per instance (its ECC errors, through NVML)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +118,10 @@ class GpuReading:
     backend: Literal["nvml", "nvidia-smi"]
     instances: tuple[MigInstance, ...] = ()
     """The MIG instances of the cards in MIG mode."""
+    lost: tuple[LostGpu, ...] = ()
+    """GPUs the driver can no longer reach: not in ``gpus``, each a fact of its own."""
+    xids: tuple[XidEvent, ...] = ()
+    """Xid errors the driver's event API handed over (NVML), kept for the policy's window."""
 
 
 # --------------------------------------------------------------------------- observed: /proc
@@ -213,6 +229,9 @@ class NomadView:
     lookups: Mapping[str, AllocLookupResult] = field(default_factory=dict)
     node_name: str | None = None
     """The node's ``Name`` in Nomad (``/v1/node/<id>``); ``None`` when Nomad gave none."""
+    devices: tuple[NomadDevice, ...] | None = None
+    """The ``nvidia``/``gpu`` devices Nomad fingerprinted on the node; ``None`` when Nomad gave
+    no word on devices (before 0.9, or the node document was not read)."""
 
 
 # --------------------------------------------------------------------------- sources

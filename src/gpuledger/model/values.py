@@ -23,9 +23,12 @@ from gpuledger.model.readings import (
     Container,
     Gpu,
     GpuProcess,
+    LostGpu,
     MigInstance,
+    NomadDevice,
     SourceName,
     SourceStatus,
+    XidEvent,
 )
 
 if TYPE_CHECKING:
@@ -92,6 +95,9 @@ class Code(str, enum.Enum):
     SOURCE_UNAVAILABLE = "source-unavailable"
     POLICY_INVALID = "policy-invalid"
     CONTROLLER_MISSING = "controller-missing"
+    GPU_UNHEALTHY = "gpu-unhealthy"
+    DEVICE_UNSCHEDULED = "device-unscheduled"
+    DEVICE_HEALTH_MISMATCH = "device-health-mismatch"
 
 
 _CODE_VALUES = {code: code.value for code in Code}
@@ -395,6 +401,14 @@ class Ledger:
     """Devices Nomad reserved here that the driver does not list."""
     unlisted: tuple[GpuProcess, ...] = ()
     """Processes the driver listed on a GPU it did not list (read between two of its calls)."""
+    lost: tuple[LostGpu, ...] = ()
+    """GPUs the driver can no longer reach ("GPU is lost"): each a fault of its own."""
+    xids: tuple[XidEvent, ...] = ()
+    """The Xid errors the driver logged that the policy's window may still hold (NVML's
+    events or the kernel log's lines), oldest first."""
+    devices: tuple[NomadDevice, ...] | None = None
+    """The GPUs and MIG instances Nomad fingerprinted on the node; ``None`` when Nomad was not
+    read or gave no word on devices (before 0.9)."""
 
     def units(self) -> Iterator[LedgerUnit]:
         """Every GPU, each followed by its MIG instances: everything that has a state."""
