@@ -11,7 +11,8 @@ on these. The facts, each from its public source (``tests/fixtures/nvidia/kernel
   detail starts, on most drivers, with ``pid=<pid>, name=<name>,`` (``pid='<unknown>'`` when
   no process is to blame) and on others (NVLink's 144 to 150) with words of its own.
 - The log names a GPU ``0000:3b:00`` (domain, bus, device; no function); the driver's own
-  outputs name it ``00000000:3B:00.0`` (NVML, ``nvidia-smi``). ``pci_key`` makes both one key.
+  outputs name it ``00000000:3B:00.0`` (NVML, ``nvidia-smi``). ``pci_key`` (of
+  ``model/health.py``, where the judge matches the two) makes both one key.
 
 Every parser answers ``None`` for what is not its shape: a line of a driver format never seen
 is not an Xid, and never a crash.
@@ -22,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpuledger.model.health import PCI_ADDRESS, pci_key, pci_key_of
+
 __all__ = ["KmsgRecord", "XidLine", "boot_time", "parse_kmsg_record", "parse_xid", "pci_key"]
 
 _MAX_LINE = 64 * 1024
@@ -29,14 +32,12 @@ _MAX_LINE = 64 * 1024
 is not read as a record."""
 
 _KMSG = re.compile(r"(\d{1,10}),(\d{1,20}),(\d{1,20}),([^,;]*)(?:,[^;]*)?;(.*)", re.DOTALL)
-_ADDRESS = r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?"
-"""A PCI address, domain, bus and device (the function, when written, dropped): one pattern for
-the Xid line and ``pci_key``, so that what the log names a GPU and what the key reads agree."""
-_XID = re.compile(rf"NVRM: Xid \(PCI:{_ADDRESS}\): (\d{{1,4}})(?:,\s*(.*))?", re.DOTALL | re.ASCII)
+_XID = re.compile(
+    rf"NVRM: Xid \(PCI:{PCI_ADDRESS}\): (\d{{1,4}})(?:,\s*(.*))?", re.DOTALL | re.ASCII
+)
 _PID = re.compile(
     r"pid=(?:'<unknown>'|<unknown>|(\d{1,10}))\s*,\s*name=([^,]*),?\s*(.*)", re.DOTALL | re.ASCII
 )
-_PCI = re.compile(rf"(?:PCI:)?{_ADDRESS}", re.ASCII)
 _BTIME = re.compile(r"^btime (\d{1,12})$", re.MULTILINE)
 
 
@@ -105,21 +106,7 @@ def parse_xid(message: str) -> XidLine | None:
         name = named.group(2).strip()
         process = None if name in ("", "<unknown>") else name
         rest = named.group(3).strip()
-    return XidLine(_key(domain, bus, device), int(xid), pid, process, rest)
-
-
-def pci_key(text: str) -> str | None:
-    """One key for a GPU's PCI address in any of its forms: ``0000:3b:00`` (the log),
-    ``00000000:3B:00.0`` (NVML, ``nvidia-smi``), ``PCI:0000:3b:00``; ``None`` for what is none
-    of them. The function number is dropped: the log never writes it, and a GPU is function 0."""
-    match = _PCI.fullmatch(text.strip())
-    if match is None:
-        return None
-    return _key(*match.groups())
-
-
-def _key(domain: str, bus: str, device: str) -> str:
-    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}"
+    return XidLine(pci_key_of(domain, bus, device), int(xid), pid, process, rest)
 
 
 def boot_time(proc_stat: str) -> int | None:

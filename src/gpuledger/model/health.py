@@ -9,10 +9,32 @@ answers ``[N/A]`` leaves it ``None``, which is *unknown* — neither healthy nor
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["GpuHealth", "LostGpu", "NomadDevice", "XidEvent"]
+__all__ = ["PCI_ADDRESS", "GpuHealth", "LostGpu", "NomadDevice", "XidEvent", "pci_key"]
+
+PCI_ADDRESS = r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?"
+"""A PCI address, domain, bus and device (the function, when written, dropped): one pattern for
+the kernel log's Xid line and ``pci_key``, so that what the log names a GPU and what the key
+reads agree."""
+_PCI = re.compile(rf"(?:PCI:)?{PCI_ADDRESS}", re.ASCII)
+
+
+def pci_key(text: str) -> str | None:
+    """One key for a GPU's PCI address in any of its forms: ``0000:3b:00`` (the kernel log),
+    ``00000000:3B:00.0`` (NVML, ``nvidia-smi``), ``PCI:0000:3b:00``; ``None`` for what is none
+    of them. The function number is dropped: the log never writes it, and a GPU is function 0."""
+    match = _PCI.fullmatch(text.strip())
+    if match is None:
+        return None
+    return pci_key_of(*match.groups())
+
+
+def pci_key_of(domain: str, bus: str, device: str) -> str:
+    """The key of an address already split into its hex domain, bus and device."""
+    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}"
 
 
 @dataclass(frozen=True, slots=True)
