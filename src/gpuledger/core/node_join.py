@@ -40,6 +40,7 @@ from gpuledger.model import (
     Tenant,
     TenantFacts,
     Verdict,
+    XidEvent,
 )
 from gpuledger.model.cards import encoder_session_cap
 from gpuledger.model.labels import GROUP_LABEL, JOB_LABEL, NAMESPACE_LABEL, alloc_of
@@ -70,6 +71,8 @@ class Observed:
     """PIDs that are still there but could not be traced, and why: ``NOT_IN_PROC`` (the driver
     lists it twice, /proc does not have it: another PID namespace), ``DOCKER_UNKNOWN`` or
     ``PODMAN_UNKNOWN`` (alive in /proc, unknown to that runtime's API)."""
+    xids: tuple[XidEvent, ...] = ()
+    """The Xid errors the kernel log holds (``--kernel-log``), when NVML's events do not."""
 
 
 @dataclass(frozen=True)
@@ -216,9 +219,12 @@ def reconcile(
     """Join reservations and processes on GPU UUID into a ledger, without findings."""
     sources = {**observed.sources, SourceName.NOMAD: desired.status}
     reading = observed.reading
-    if reading is None:
-        return Ledger(node=node, at=at, sources=sources, gpus=())
     view = desired.view if desired.status.readable else None
+    devices = view.devices if view is not None else None
+    if reading is None:
+        return Ledger(
+            node=node, at=at, sources=sources, gpus=(), xids=observed.xids, devices=devices
+        )
     join = _Join(observed, view, commands, memo or JoinMemo())
     by_gpu: dict[str, list[GpuProcess]] = {}
     for proc in reading.processes:
@@ -242,7 +248,18 @@ def reconcile(
             if by_gpu.keys() <= listed
             else tuple(p for p in reading.processes if p.gpu_uuid not in listed)
         ),
+        lost=reading.lost,
+        xids=_xids(reading.xids, observed.xids),
+        devices=devices,
     )
+
+
+def _xids(driver: tuple[XidEvent, ...], log: tuple[XidEvent, ...]) -> tuple[XidEvent, ...]:
+    """The Xid events of NVML and of the kernel log, oldest first (one of them is empty but
+    when the event API started late)."""
+    if not driver or not log:
+        return driver or log
+    return tuple(sorted((*driver, *log), key=lambda e: e.at))
 
 
 def _index(gpu: Gpu) -> int:

@@ -5,5 +5,8 @@
 - ``schema``: the policy's JSON Schema (``schema.json``), as validation and ``policy schema`` use it
 - ``globs``: globs that cannot match a name of their kind (a typo, not a rule)
 - ``evaluate``: the pure judge: a ledger, the since-whens and ``now`` in, findings out
+- ``faults``: a card's faults by the ``gpu-unhealthy`` rule, from the driver's health and Xids
+- ``judge_health``: the judge of health and of Nomad's devices (``gpu-unhealthy``,
+  ``device-unscheduled``, ``device-health-mismatch``)
 - ``wording``: how a finding words its subject, its owner and its spans
 """

@@ -30,6 +30,7 @@ from gpuledger.model import (
     Verdict,
 )
 from gpuledger.model.memo import TwoTicks
+from gpuledger.policy.judge_health import HealthJudge
 from gpuledger.policy.rules import Policy, Rule
 from gpuledger.policy.wording import (
     alloc_words,
@@ -84,6 +85,7 @@ _SOURCE_LABEL = {
     SourceName.DOCKER: "Docker",
     SourceName.PODMAN: "Podman",
     SourceName.NOMAD: "Nomad",
+    SourceName.KERNEL_LOG: "the kernel log",
 }
 
 
@@ -95,12 +97,13 @@ def evaluate(
     ``memo`` (the loop's, kept from tick to tick) only makes it faster.
     """
     judge = _Judge(ledger, policy, since, now, memo)
-    found = [*judge.sources(), *judge.strays()]
+    found = [*judge.sources(), *judge.strays(), *judge.health.lost()]
     for lgpu in ledger.gpus:
         found.extend(judge.unit(lgpu))
         found.extend(judge.card(lgpu))
         for instance in lgpu.instances:
             found.extend(judge.unit(instance))
+    found.extend(judge.health.devices())
     unique: dict[tuple[str, str | None, str], Finding] = {}
     for f in found:
         unique.setdefault(f.key, f)
@@ -228,6 +231,7 @@ class _Judge:
         self.memo = memo
         if memo is not None:
             memo.turn(policy, self.node)
+        self.health = HealthJudge(self)
 
     def finding(
         self,
@@ -302,7 +306,7 @@ class _Judge:
 
     def card(self, lgpu: LedgerGpu) -> Iterator[Finding]:
         """The findings of what belongs to the card itself: its heat, its encoder."""
-        for check in (self.hot, self.encoder):
+        for check in (self.hot, self.encoder, self.health.unhealthy):
             found = check(lgpu)
             if found:
                 yield found

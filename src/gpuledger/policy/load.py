@@ -42,13 +42,41 @@ from gpuledger.policy.schema import policy_schema
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 """The schema's duration pattern: what is no duration at all the schema reports, not us."""
 
-NODE_SCOPED = frozenset({Code.UNMANAGED_TENANT, Code.POLICY_INVALID, Code.CONTROLLER_MISSING})
+NODE_SCOPED = frozenset(
+    {
+        Code.UNMANAGED_TENANT,
+        Code.POLICY_INVALID,
+        Code.CONTROLLER_MISSING,
+        Code.DEVICE_UNSCHEDULED,
+        Code.DEVICE_HEALTH_MISMATCH,
+    }
+)
 """Codes whose findings have no namespace or job: an override naming either never applies."""
 CARD_SCOPED = frozenset(
-    {Code.HOT, Code.ENCODER_SATURATED, Code.POLICY_INVALID, Code.CONTROLLER_MISSING}
+    {
+        Code.HOT,
+        Code.ENCODER_SATURATED,
+        Code.POLICY_INVALID,
+        Code.CONTROLLER_MISSING,
+        Code.GPU_UNHEALTHY,
+        Code.DEVICE_HEALTH_MISMATCH,
+    }
 )
 """Codes whose findings are about a whole card or the node, never a MIG instance's profile."""
 
+_DURATION_KEYS = ("after", "xid_window")
+_FLAGS = frozenset(
+    {
+        "retired_pages_pending",
+        "remap_pending",
+        "remap_failure",
+        "gpu_lost",
+        "pcie_width_below_max",
+        "pcie_gen_below_max",
+        "hw_slowdown",
+        "power_brake",
+    }
+)
 _MATCH_KINDS = {"node": NODE, "namespace": NAMESPACE, "job": JOB, "profile": PROFILE}
 _EXEMPT_KINDS = {"ignore_processes": PROCESS, "ignore_containers": CONTAINER}
 
@@ -99,13 +127,14 @@ def _beyond_schema(doc: Located) -> Iterator[Problem]:
 def _durations(doc: Located, path: JsonPath, findings: Any) -> Iterator[Problem]:
     """Durations the schema's pattern takes but ``parse_duration`` does not (too long)."""
     for code, rule in findings.items() if isinstance(findings, dict) else ():
-        after = rule.get("after") if isinstance(rule, dict) else None
-        if isinstance(after, str) and _DURATION.match(after.strip()):
-            # The schema reports what is no duration at all; this only what is too long.
-            try:
-                parse_duration(after)
-            except ValueError as exc:
-                yield doc.problem((*path, code, "after"), str(exc))
+        for key in _DURATION_KEYS:
+            after = rule.get(key) if isinstance(rule, dict) else None
+            if isinstance(after, str) and _DURATION.match(after.strip()):
+                # The schema reports what is no duration at all; this only what is too long.
+                try:
+                    parse_duration(after)
+                except ValueError as exc:
+                    yield doc.problem((*path, code, key), str(exc))
 
 
 def _exemption_globs(doc: Located, path: JsonPath, findings: Any) -> Iterator[Problem]:
@@ -125,11 +154,15 @@ def _rule_changes(rule: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in rule.items():
         if key == "level":
             changes[key] = None if value == "off" else Level[value]
-        elif key == "after":
+        elif key in _DURATION_KEYS:
             changes[key] = parse_duration(value)
+        elif key in _FLAGS:
+            changes[key] = bool(value)
+        elif key in ("xids", "ignore_devices"):
+            changes[key] = tuple(value)
         elif key == "below_percent":
             changes[key] = float(value)
-        elif key in ("margin_c", "temp_max_c"):
+        elif key in ("margin_c", "temp_max_c", "ecc_uncorrected"):
             changes[key] = int(value)
         elif key in ("ignore_processes", "ignore_containers"):
             changes[key] = tuple(value)

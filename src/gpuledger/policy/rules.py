@@ -19,6 +19,12 @@ from gpuledger.model import Code, Level
 
 MaxSessions = int | Literal["card"]
 
+DEFAULT_XIDS = (48, 63, 64, 74, 79, 92, 93, 94, 95)
+"""The Xids that make a card unhealthy by default (NVIDIA's Xid catalogue): 48 a double-bit ECC
+error, 63 and 64 a row remap pending or failed, 74 an NVLink error, 79 the GPU fallen off the
+bus, 92 a high single-bit ECC rate, 93 the InfoROM's wear limit, 94 and 95 a contained and an
+uncontained ECC error."""
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -33,6 +39,18 @@ class Rule:
     ignore_processes: tuple[str, ...] = ()
     ignore_containers: tuple[str, ...] = ()
     ignore_labels: Mapping[str, str] = field(default_factory=dict)
+    ecc_uncorrected: int = 0
+    retired_pages_pending: bool = True
+    remap_pending: bool = True
+    remap_failure: bool = True
+    gpu_lost: bool = True
+    pcie_width_below_max: bool = True
+    pcie_gen_below_max: bool = False
+    hw_slowdown: bool = False
+    power_brake: bool = False
+    xids: tuple[int, ...] = DEFAULT_XIDS
+    xid_window: timedelta = timedelta(hours=24)
+    ignore_devices: tuple[str, ...] = ()
 
     def with_changes(self, changes: Mapping[str, Any]) -> Rule:
         """This rule with the keys an override sets."""
@@ -41,6 +59,15 @@ class Rule:
     @functools.cached_property
     def _process_globs(self) -> re.Pattern[str] | None:
         return _any_of(self.ignore_processes)
+
+    @functools.cached_property
+    def _device_globs(self) -> re.Pattern[str] | None:
+        return _any_of(self.ignore_devices)
+
+    def ignores_device(self, uuid: str) -> bool:
+        """Whether a glob of ``ignore_devices`` matches the device UUID ``uuid``."""
+        globs = self._device_globs
+        return globs is not None and globs.match(uuid) is not None
 
     @functools.cached_property
     def _container_globs(self) -> re.Pattern[str] | None:

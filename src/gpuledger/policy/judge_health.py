@@ -1,0 +1,229 @@
+"""The judge of a card's health and of Nomad's word on its devices: ``gpu-unhealthy``,
+``device-unscheduled`` and ``device-health-mismatch`` (issue 25). Pure, like the judge it works
+for (``evaluate.py``), whose rules, clock and finding builder it uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Protocol
+
+from gpuledger.model import (
+    AllocRef,
+    Code,
+    Finding,
+    Ledger,
+    LedgerGpu,
+    LostGpu,
+    NomadDevice,
+    Since,
+    SourceName,
+    XidEvent,
+)
+from gpuledger.model.contract import iso_time
+from gpuledger.model.health import pci_key
+from gpuledger.policy.faults import Fault, card_faults
+from gpuledger.policy.rules import Rule
+
+__all__ = ["HealthJudge"]
+
+_SHOWN_DEVICES = 8
+"""How many of Nomad's devices a ``device-unscheduled`` message names before "and N more"."""
+
+
+class Judge(Protocol):
+    """What the health judge needs of ``evaluate``'s judge."""
+
+    ledger: Ledger
+    since: Since
+    now: datetime
+
+    def rule(
+        self, code: Code, namespace: str | None, job: str | None, profile: str | None = None
+    ) -> Rule: ...
+
+    def finding(
+        self,
+        code: Code,
+        rule: Rule,
+        gpu: str | None,
+        owner: str,
+        message: str,
+        subject: dict[str, str | int | None],
+    ) -> Finding | None: ...
+
+
+class HealthJudge:
+    """One evaluation's judge of health: the Xid events by card, and each card's faults."""
+
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
+        self.xids: dict[str, list[XidEvent]] = {}
+        for event in judge.ledger.xids:
+            self.xids.setdefault(event.pci, []).append(event)
+        self.faults: dict[str, list[Fault]] = {}
+        """Each card's faults (by UUID), as ``unhealthy`` found them: ``mismatch`` reads them."""
+
+    def card_xids(self, pci_bus_id: str | None) -> list[XidEvent]:
+        """The Xid events logged for the card at ``pci_bus_id`` (the driver's form)."""
+        key = pci_key(pci_bus_id) if pci_bus_id else None
+        return self.xids.get(key, []) if key else []
+
+    def unhealthy(self, lgpu: LedgerGpu) -> Finding | None:
+        """A card the driver reports failing, by the rule's faults; the allocation that runs
+        on it is named, its results may be wrong."""
+        gpu, res = lgpu.gpu, lgpu.reservation
+        rule = self.judge.rule(
+            Code.GPU_UNHEALTHY, res.namespace if res else None, res.job if res else None
+        )
+        xids = self.card_xids(gpu.pci_bus_id)
+        if gpu.health is None and not xids:
+            return None
+        faults = card_faults(gpu.health, xids, rule, self.judge.now)
+        self.faults[gpu.uuid] = faults
+        if not faults:
+            return None
+        key = (Code.GPU_UNHEALTHY.value, gpu.uuid, "gpu")
+        began = self.judge.since.findings.get(key)
+        words = "; ".join(f.words for f in faults)
+        if began is not None and any(f.name != "xid" for f in faults):
+            words += f" (unhealthy since {iso_time(began)})"
+        message = f"GPU {gpu.index} is failing: {words}"
+        alloc = _running_on(lgpu)
+        if alloc is not None:
+            message += (
+                f"; job {alloc.job} (allocation {alloc.id}, task {alloc.task}) runs on it: "
+                "its results may be wrong"
+            )
+        subject: dict[str, str | int | None] = {
+            "faults": ",".join(f.name for f in faults),
+            "xid": _latest_xid(xids, faults),
+            "allocId": alloc.id if alloc else None,
+        }
+        return self.judge.finding(Code.GPU_UNHEALTHY, rule, gpu.uuid, "gpu", message, subject)
+
+    def lost(self) -> Iterator[Finding]:
+        """A GPU the driver can no longer reach: a fault of that card, not an outage."""
+        for card in self.judge.ledger.lost:
+            found = self.lost_gpu(card)
+            if found:
+                yield found
+
+    def lost_gpu(self, card: LostGpu) -> Finding | None:
+        rule = self.judge.rule(Code.GPU_UNHEALTHY, None, None)
+        if not rule.gpu_lost:
+            return None
+        where = f"the GPU at PCI {card.pci_bus_id}" if card.pci_bus_id else "a GPU"
+        if card.index is not None:
+            where = f"GPU {card.index} (PCI {card.pci_bus_id or 'unknown'})"
+        message = f"{where} is lost: the driver says {card.message!r}"
+        xids = self.card_xids(card.pci_bus_id)
+        recent = card_faults(None, xids, rule, self.judge.now)
+        if recent:
+            message += f"; {recent[0].words}"
+        gpu = card.uuid or f"PCI:{card.pci_bus_id or 'unknown'}"
+        subject: dict[str, str | int | None] = {
+            "faults": ",".join(["gpu-lost", *(f.name for f in recent)]),
+            "xid": _latest_xid(xids, recent),
+            "allocId": None,
+        }
+        return self.judge.finding(Code.GPU_UNHEALTHY, rule, gpu, "gpu", message, subject)
+
+    def devices(self) -> Iterator[Finding]:
+        """Where Nomad's fingerprint and the driver disagree: a device the driver lists that
+        Nomad did not fingerprint, and a device whose health they see differently."""
+        listed = self.judge.ledger.devices
+        nomad = self.judge.ledger.sources.get(SourceName.NOMAD)
+        if listed is None or nomad is None or not nomad.readable:
+            return
+        by_id = {d.id: d for d in listed}
+        units: list[tuple[str, LedgerGpu, str]] = []
+        for lgpu in self.judge.ledger.gpus:
+            if lgpu.gpu.mig_enabled:
+                # Nomad's device plugin offers a card in MIG mode as its instances only.
+                units.extend((i.uuid, lgpu, i.label) for i in lgpu.instances)
+            else:
+                units.append((lgpu.uuid, lgpu, lgpu.label))
+        driver = {uuid for uuid, _, _ in units}
+        instead = sorted(by_id.keys() - driver)
+        for uuid, lgpu, label in units:
+            device = by_id.get(uuid)
+            found = (
+                self.unscheduled(uuid, label, instead)
+                if device is None
+                else self.mismatch(device, lgpu, label)
+            )
+            if found:
+                yield found
+
+    def unscheduled(self, uuid: str, label: str, instead: list[str]) -> Finding | None:
+        rule = self.judge.rule(Code.DEVICE_UNSCHEDULED, None, None)
+        if rule.ignores_device(uuid):
+            return None
+        if instead:
+            shown = ", ".join(instead[:_SHOWN_DEVICES])
+            if len(instead) > _SHOWN_DEVICES:
+                shown += f" and {len(instead) - _SHOWN_DEVICES} more"
+            lists = f"Nomad lists instead {shown}, which the driver does not"
+        elif self.judge.ledger.devices:
+            lists = "Nomad lists only the node's other devices"
+        else:
+            lists = "Nomad fingerprinted no NVIDIA device on this node"
+        message = (
+            f"{label} ({uuid}) is listed by the GPU driver, but Nomad's device plugin did not "
+            f"fingerprint it, so no job can be scheduled onto it: {lists} (a crashed plugin, a "
+            "MIG layout changed after fingerprinting, or the plugin's ignored_gpu_ids)"
+        )
+        subject: dict[str, str | int | None] = {"device": uuid, "nomadLists": ",".join(instead)}
+        return self.judge.finding(
+            Code.DEVICE_UNSCHEDULED, rule, uuid, "nomad-device", message, subject
+        )
+
+    def mismatch(self, device: NomadDevice, lgpu: LedgerGpu, label: str) -> Finding | None:
+        """Nomad and the driver disagree on the health of ``device`` (on the card ``lgpu``)."""
+        if device.healthy is None:
+            return None
+        faults = self.faults.get(lgpu.uuid)
+        if device.healthy and faults:
+            message = (
+                f"Nomad lists {label} ({device.id}) as healthy and schedules onto it, but the "
+                f"driver reports: {'; '.join(f.words for f in faults)}"
+            )
+        elif not device.healthy and faults == [] and lgpu.gpu.health is not None:
+            said = device.health_description or "no reason given"
+            message = (
+                f"Nomad marks {label} ({device.id}) unhealthy ({said!r}) and schedules nothing "
+                "onto it, but the driver reports no fault on it"
+            )
+        else:
+            return None
+        rule = self.judge.rule(Code.DEVICE_HEALTH_MISMATCH, None, None)
+        subject: dict[str, str | int | None] = {
+            "device": device.id,
+            "nomad": "healthy" if device.healthy else "unhealthy",
+            "description": device.health_description or None,
+        }
+        return self.judge.finding(
+            Code.DEVICE_HEALTH_MISMATCH, rule, device.id, "nomad-device", message, subject
+        )
+
+
+def _running_on(lgpu: LedgerGpu) -> AllocRef | None:
+    """The allocation that runs on a card: its reservation, else a tenant's, else one of its
+    MIG instances'."""
+    if lgpu.reservation is not None:
+        return lgpu.reservation
+    for tenant in lgpu.tenants:
+        if tenant.alloc is not None:
+            return tenant.alloc
+    for instance in lgpu.instances:
+        if instance.reservation is not None:
+            return instance.reservation
+    return None
+
+
+def _latest_xid(xids: list[XidEvent], faults: list[Fault]) -> int | None:
+    if not any(f.name == "xid" for f in faults):
+        return None
+    return max(xids, key=lambda e: e.at).xid if xids else None
