@@ -57,17 +57,41 @@ def fake_node() -> Any:
         Allocation,
         Container,
         Gpu,
+        GpuHealth,
         GpuProcess,
         GpuReading,
+        NomadDevice,
         NomadView,
         OwnerKind,
         ProcessInfo,
         ProcessOwner,
         SourceName,
         SourceStatus,
+        XidEvent,
     )
 
     uuids = [f"GPU-{i:08x}-0000-4000-8000-000000000000" for i in range(GPUS)]
+    # Health as a healthy H200 reports it, every field read; one card with a pending remap, one
+    # with an Xid 79 an hour before, and Nomad's fingerprint of every card (issue 25).
+    counts = dict.fromkeys(
+        ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "ecc_corrected_volatile"), 0
+    ) | dict.fromkeys(("retired_pages_sbe", "retired_pages_dbe", "remapped_rows_correctable"), 0)
+    flags = dict.fromkeys(
+        ("retired_pages_pending", "remapped_rows_failure", "hw_slowdown", "power_brake"), False
+    )
+    link = {"pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16}
+    sound = GpuHealth(
+        **counts, **flags, **link, remapped_rows_uncorrectable=0, remapped_rows_pending=False
+    )
+    pending = GpuHealth(
+        **counts, **flags, **link, remapped_rows_uncorrectable=4, remapped_rows_pending=True
+    )
+    devices = tuple(NomadDevice(uuid, "H200", True) for uuid in uuids)
+    bench_at = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    xids = tuple(
+        XidEvent(f"0000:{0x18 + g:02x}:00", xid, bench_at - timedelta(hours=h))
+        for g, xid, h in ((2, 79, 1), (3, 13, 2), (5, 31, 30))
+    )
     allocs = tuple(
         Allocation(
             f"{i:08x}-1111-4111-8111-111111111111",
@@ -127,6 +151,8 @@ def fake_node() -> Any:
                     thermal_slowdown=False,
                     encoder_sessions=0,
                     driver_version="590.48.01",
+                    pci_bus_id=f"00000000:{0x18 + g:02X}:00.0",
+                    health=pending if g == 1 else sound,
                 )
                 for g, uuid in enumerate(uuids)
             )
@@ -137,9 +163,11 @@ def fake_node() -> Any:
                 SourceName.PROCFS: up,
                 SourceName.DOCKER: up,
                 SourceName.PODMAN: SourceStatus.off(),
+                SourceName.KERNEL_LOG: up,
             }
-            view = NomadView("node-1", allocs)
-            return Desired(view, up), Observed(reading, infos, containers, sources)
+            view = NomadView("node-1", allocs, devices=devices)
+            observed = Observed(reading, infos, containers, sources, xids=xids)
+            return Desired(view, up), observed
 
     return Node()
 

@@ -52,7 +52,7 @@ class ExitCode(enum.IntEnum):
 class SourceName(str, enum.Enum):
     """Every source gpuledger reads, by the name its documents, metrics labels, log events and
     messages give it (the values are part of the contract and of finding identities: they
-    never change). The first five are a node's tick, in the order they are read
+    never change). The first six are a node's tick, in the order they are read
     (``gpuledger.model.TICK_SOURCES``); the others are read by ``serve --publish-node-meta``,
     the fleet and ``report``."""
 

@@ -155,5 +155,12 @@ def test_the_wire_values_of_the_sources_never_change() -> None:
     }
     for source in SourceName:
         assert str(source) == f"{source}" == source.value
-    assert tuple(SourceName)[:5] == TICK_SOURCES
-    assert [s.value for s in TICK_SOURCES] == ["gpu", "procfs", "docker", "podman", "nomad"]
+    assert tuple(SourceName)[:6] == TICK_SOURCES
+    assert [s.value for s in TICK_SOURCES] == [
+        "gpu",
+        "procfs",
+        "docker",
+        "podman",
+        "nomad",
+        "kernel-log",
+    ]

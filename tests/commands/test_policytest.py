@@ -44,7 +44,7 @@ def test_the_example_policy_passes_its_tests() -> None:
     code, out = run(str(EXAMPLES / "research.test.yaml"))
     assert code == 0, out
     assert "FAIL" not in out
-    assert out.endswith("14 cases: 14 passed, 0 failed\n")
+    assert out.endswith("17 cases: 17 passed, 0 failed\n")
 
 
 def test_changing_one_threshold_of_the_example_fails_the_case_that_pins_it(

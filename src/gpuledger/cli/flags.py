@@ -262,6 +262,13 @@ def _add_gpu_and_proc(g: Flags) -> None:
         help="the host's /proc (default: /proc)",
     )
     g.add_argument(
+        "--kernel-log",
+        metavar="PATH",
+        help="where the driver's Xid errors are read when NVML's event API does not hand them "
+        "over: /dev/kmsg (the default, when it exists; it needs CAP_SYSLOG where "
+        "kernel.dmesg_restrict=1), a file of its records, or off",
+    )
+    g.add_argument(
         "--timeout",
         type=types.duration,
         default=types.duration("10s"),
@@ -292,6 +299,7 @@ def node_sources_of(args: argparse.Namespace) -> NodeSources:
         policy=args.policy,
         history=args.history,
         node_name=args.node_name,
+        kernel_log=args.kernel_log,
     )
 
 

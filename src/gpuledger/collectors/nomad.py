@@ -183,6 +183,9 @@ class ReadMode:
     """``None``: no bound (``ls``, ``check``: one read, no watch)."""
     recheck_s: float = 0.0
     """0: at every read whose list is all terminal, as without a watch."""
+    devices_s: float = 60.0
+    """How often the node itself (``/v1/node/<id>``: its name and fingerprinted devices) is
+    read again; ``ls`` and ``check`` read it once."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,8 @@ class NomadReader(NomadApi):
         self._allocation = self._requester(self._client.allocation)
         self._node_id: str | None = settings.node_id
         self._node_name: str | None = None
+        self._devices: tuple[NomadDevice, ...] | None = None
+        self._node_read_at: float | None = None
         self._node_checked = False
 
     def __repr__(self) -> str:
@@ -246,7 +251,8 @@ class NomadReader(NomadApi):
         return self._node_id
 
     def _check_node(self, node_id: str) -> None:
-        """Ask Nomad for the node (404: a ``SourceError``), and keep its name."""
+        """Ask Nomad for the node (404: a ``SourceError``), and keep its name and the devices
+        its device plugins fingerprinted."""
         path = f"/v1/node/{node_id}"
         # The allocations endpoint answers 200 [] for an unknown node: without this check
         # every GPU of a mistyped --nomad-node-id would look free.
@@ -271,6 +277,14 @@ class NomadReader(NomadApi):
             raise self._error(f"GET {path} answered no object", "check the Nomad agent's version")
         name = doc.get("Name")
         self._node_name = name if is_text(name) and name else None
+        try:
+            self._devices = parse_node_devices(doc)
+        except ValueError as err:
+            raise self._error(
+                f"GET {path} answered a node whose devices gpuledger cannot read ({err})",
+                "check that --nomad-addr points at a Nomad agent, and report this with its version",
+            ) from None
+        self._node_read_at = time.monotonic()
 
     def _ensure_node(self) -> str:
         """The node's id, found and checked once (again after ``_forget_node``)."""
@@ -338,10 +352,20 @@ class NomadReader(NomadApi):
             previous, node_id = node_id, self._ensure_node()
             if node_id != previous:
                 allocations = self._allocations(node_id)
+        elif self._node_read_at is not None and (
+            time.monotonic() - self._node_read_at >= self.mode.devices_s
+        ):
+            # A device plugin that crashed or re-fingerprinted changes the node's devices: one
+            # GET of the node a minute, whatever the size of the fleet.
+            self._check_node(node_id)
         known = {a.id for a in allocations}
         lookups = {i: self._lookup(i) for i in sorted(set(task_alloc_ids) - known)}
         return NomadView(
-            node_id=node_id, allocations=allocations, lookups=lookups, node_name=self._node_name
+            node_id=node_id,
+            allocations=allocations,
+            lookups=lookups,
+            node_name=self._node_name,
+            devices=self._devices,
         )
 
     def _judge_staleness(self, path: str, meta: QueryMeta) -> None:

@@ -37,7 +37,23 @@ def source_config(sources: NodeSources) -> SourceConfig:
         podman=_runtime_url(sources.podman, "podman"),
         nomad=nomad_settings(sources.nomad, sources.timeout),
         timeout=sources.timeout.total_seconds(),
+        kernel_log=_kernel_log(sources.kernel_log),
     )
+
+
+_KMSG = Path("/dev/kmsg")
+
+
+def _kernel_log(value: str | None) -> Path | None:
+    """``--kernel-log``: off, the path given (read, and reported when it cannot be), or
+    ``/dev/kmsg`` when it exists (a machine or container without it has no kernel log)."""
+    if value is None:
+        return _KMSG if _KMSG.exists() else None
+    if value == "off":
+        return None
+    if not value.strip() or "\0" in value:
+        raise UsageError(f"--kernel-log {value!r}: give a path, or off")
+    return Path(value)
 
 
 def policy_file(path: Path | None) -> Policy:

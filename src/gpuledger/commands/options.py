@@ -94,6 +94,8 @@ class NodeSources:
     policy: Path | None = None
     history: Path | None = None
     node_name: str = ""
+    kernel_log: str | None = None
+    """``--kernel-log``: a path, ``off``, or ``None`` (``/dev/kmsg`` when it exists)."""
 
 
 @dataclass(frozen=True)

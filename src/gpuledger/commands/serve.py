@@ -88,7 +88,7 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
     counts = RequestCounts()
     watch = _watch(config, options, timeout, clock, counts)
     controller = NodeController(
-        _sources(config, timeout, watch, counts),
+        _sources(config, timeout, watch, counts, clock),
         policy,
         configured_node(options.node_name, config, __version__),
         options.interval,
@@ -170,8 +170,14 @@ def _watch(
 
 
 def _sources(
-    config: SourceConfig, timeout: float, watch: NomadWatch | None, counts: RequestCounts
+    config: SourceConfig,
+    timeout: float,
+    watch: NomadWatch | None,
+    counts: RequestCounts,
+    clock: Clock,
 ) -> Sources:
     """The sources with every read bounded by ``timeout``, so a tick fits its interval."""
     nomad = replace(config.nomad, timeout=timeout) if config.nomad else None
-    return Sources(replace(config, timeout=timeout, nomad=nomad), watch, counts)
+    # serve follows Xid errors as NVML hands them over (the kernel log when it cannot).
+    config = replace(config, timeout=timeout, nomad=nomad)
+    return Sources(config, watch, counts, clock, watch_xids=True)

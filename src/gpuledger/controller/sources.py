@@ -12,17 +12,23 @@ node tells the watch which node to follow (and restarts its thread if it died).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from gpuledger.collectors.kernel_log_reader import KernelLog
 from gpuledger.collectors.nomad import NomadReader, ReadMode
 from gpuledger.collectors.nomad_transport import NomadSettings, RequestCounts
 from gpuledger.collectors.nvidia import Backend, open_backend
+from gpuledger.collectors.nvml import Nvml
+from gpuledger.collectors.nvml_events import NvmlXidWatcher
 from gpuledger.collectors.procfs import read_processes
 from gpuledger.collectors.runtimes import RuntimeClient
+from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.core.node_join import Desired, Observed
 from gpuledger.errors import SourceError
 from gpuledger.model import (
@@ -35,10 +41,13 @@ from gpuledger.model import (
     Runtime,
     SourceName,
     SourceStatus,
+    XidEvent,
 )
 from gpuledger.model.labels import alloc_of
 
 T = TypeVar("T")
+_NVML_KEEP = timedelta(days=7)
+_NVML_KEPT = 1024
 
 
 class Watch(Protocol):
@@ -50,6 +59,19 @@ class Watch(Protocol):
 
     def follow(self, node_id: str, seen: tuple[Allocation, ...]) -> None:
         """Watch this node (and restart the thread if it died)."""
+        ...
+
+
+class XidWatch(Protocol):
+    """NVML's event API, waited on by a thread (``collectors.nvml_events.NvmlXidWatcher``)."""
+
+    def drain(self) -> tuple[XidEvent, ...]:
+        """The Xid events handed over since the last drain."""
+        ...
+
+    @property
+    def alive(self) -> bool:
+        """Whether its thread still waits on NVML."""
         ...
 
 
@@ -73,6 +95,9 @@ class SourceConfig:
     nomad: NomadSettings | None = None
     timeout: float = 10.0
     nomad_mode: ReadMode = field(default_factory=ReadMode)
+    kernel_log: Path | None = None
+    """Where the driver's Xid lines are read when NVML's event API does not hand them over
+    (``--kernel-log``; ``None``: off)."""
 
 
 class Sources:
@@ -83,6 +108,9 @@ class Sources:
         config: SourceConfig,
         watch: Watch | None = None,
         counts: RequestCounts | None = None,
+        clock: Clock | None = None,
+        *,
+        watch_xids: bool = False,
     ) -> None:
         self.config, self.watch = config, watch
         self.gpu = open_backend(config.gpu_backend, config.nvidia_smi, config.timeout)
@@ -95,6 +123,22 @@ class Sources:
             if url:
                 self.runtimes[runtime] = RuntimeClient(runtime, url, timeout=config.timeout)
         self.nomad = NomadReader(config.nomad, config.nomad_mode, counts) if config.nomad else None
+        self.clock: Clock = clock or SystemClock()
+        self.xid_watch: XidWatch | None = None
+        self._nvml_xids: tuple[XidEvent, ...] = ()
+        if watch_xids and isinstance(self.gpu, Nvml) and self.gpu.available:
+            # NVML hands Xid errors over as they happen; the kernel log is read only without
+            # it (a one-shot command reads the log's past instead).
+            watcher = NvmlXidWatcher(self.gpu.module, now=self.clock.now)
+            if watcher.start():
+                self.xid_watch = watcher
+        self.kernel_log: KernelLog | None = None
+        if self.xid_watch is None:
+            self.kernel_log = self._open_kernel_log()
+
+    def _open_kernel_log(self) -> KernelLog | None:
+        path = self.config.kernel_log
+        return KernelLog(path, self.config.proc_root) if path is not None else None
 
     def read(self, guard: Guard | None = None) -> tuple[Desired, Observed]:
         """Read every source once; ``guard`` wraps each read (the loop's retry policy)."""
@@ -118,14 +162,42 @@ class Sources:
             self._hidden_pids(pids, procs, statuses, run), Reason.NOT_IN_PROC
         )
         unexplained |= self._unknown_to_runtime(procs, containers, statuses)
+        watch = self.xid_watch
+        if watch is not None and not watch.alive:
+            self.xid_watch, self.kernel_log = None, self._open_kernel_log()
+        if reading is not None and watch is not None:
+            reading = dataclasses.replace(reading, xids=self._kept(watch.drain()))
+        xids = self._xids(statuses, run)
         observed = Observed(
             reading=reading,
             processes=procs,
             containers=containers,
             sources=statuses,
             unexplained=unexplained,
+            xids=xids,
         )
         return desired, observed
+
+    def _xids(self, statuses: dict[SourceName, SourceStatus], run: Guard) -> tuple[XidEvent, ...]:
+        """The kernel log's Xid events (off when NVML's events are watched, or no
+        ``--kernel-log``); a log that cannot be read blinds only them."""
+        log = self.kernel_log
+        if log is None:
+            statuses[SourceName.KERNEL_LOG] = SourceStatus.off()
+            return ()
+        read = functools.partial(log.read, self.clock.now())
+        return (
+            _attempt(SourceName.KERNEL_LOG, statuses, lambda: run(SourceName.KERNEL_LOG, read))
+            or ()
+        )
+
+    def _kept(self, new: tuple[XidEvent, ...]) -> tuple[XidEvent, ...]:
+        """NVML's events so far, the newest ``_NVML_KEPT`` of them (a week at most)."""
+        now = self.clock.now()
+        self._nvml_xids = tuple(e for e in (*self._nvml_xids, *new) if now - e.at <= _NVML_KEEP)[
+            -_NVML_KEPT:
+        ]
+        return self._nvml_xids
 
     def _hidden_pids(
         self,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, overload
 
+from gpuledger.model.health import GpuHealth, LostGpu, NomadDevice, XidEvent
 from gpuledger.model.readings import GpuProcess
 from gpuledger.model.values import (
     AllocRef,
@@ -108,6 +109,59 @@ def _gpu_doc(lgpu: LedgerGpu) -> dict[str, object]:
         "migEnabled": gpu.mig_enabled,
         "migPending": gpu.mig_pending,
         "instances": [_instance_doc(i) for i in lgpu.instances],
+        "pciBusId": gpu.pci_bus_id,
+        "health": health_doc(gpu.health),
+    }
+
+
+def health_doc(h: GpuHealth | None) -> dict[str, int | bool | None] | None:
+    """What the driver reports of a card's faults; each key ``null`` when it reports nothing
+    (unknown: neither healthy nor unhealthy), the whole ``null`` when nothing was read."""
+    if h is None:
+        return None
+    return {
+        "eccUncorrectedVolatile": h.ecc_uncorrected_volatile,
+        "eccUncorrectedAggregate": h.ecc_uncorrected_aggregate,
+        "eccCorrectedVolatile": h.ecc_corrected_volatile,
+        "retiredPagesSbe": h.retired_pages_sbe,
+        "retiredPagesDbe": h.retired_pages_dbe,
+        "retiredPagesPending": h.retired_pages_pending,
+        "remappedRowsCorrectable": h.remapped_rows_correctable,
+        "remappedRowsUncorrectable": h.remapped_rows_uncorrectable,
+        "remappedRowsPending": h.remapped_rows_pending,
+        "remappedRowsFailure": h.remapped_rows_failure,
+        "pcieGen": h.pcie_gen,
+        "pcieGenMax": h.pcie_gen_max,
+        "pcieWidth": h.pcie_width,
+        "pcieWidthMax": h.pcie_width_max,
+        "hwSlowdown": h.hw_slowdown,
+        "powerBrake": h.power_brake,
+    }
+
+
+def _xid_doc(e: XidEvent) -> dict[str, object]:
+    return {
+        "pci": e.pci,
+        "xid": e.xid,
+        "at": iso_time(e.at),
+        "pid": e.pid,
+        "process": e.process,
+        "detail": e.detail,
+        "source": e.source,
+    }
+
+
+def _lost_doc(card: LostGpu) -> dict[str, object]:
+    return {"pciBusId": card.pci_bus_id, "index": card.index, "message": card.message}
+
+
+def _device_doc(d: NomadDevice) -> dict[str, object]:
+    return {
+        "id": d.id,
+        "name": d.name,
+        "healthy": d.healthy,
+        "healthDescription": d.health_description,
+        "pciBusId": d.pci_bus_id,
     }
 
 
@@ -124,6 +178,7 @@ def _instance_doc(linst: LedgerInstance) -> dict[str, object]:
         "memoryTotalMiB": i.memory_total_mib,
         "reservation": _alloc_doc(linst.reservation),
         "tenants": [_tenant_doc(t) for t in linst.tenants],
+        "health": health_doc(i.health),
     }
 
 
@@ -172,6 +227,11 @@ def ledger_doc(ledger: Ledger) -> dict[str, object]:
         "missingDevices": [_missing_doc(d) for d in ledger.missing],
         "unlistedProcesses": [_unlisted_doc(p) for p in ledger.unlisted],
         "findings": [finding_doc(f) for f in ledger.findings],
+        "lostGpus": [_lost_doc(card) for card in ledger.lost],
+        "xids": [_xid_doc(e) for e in ledger.xids],
+        "nomadDevices": (
+            None if ledger.devices is None else [_device_doc(d) for d in ledger.devices]
+        ),
     }
 
 

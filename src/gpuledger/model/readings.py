@@ -243,8 +243,10 @@ TICK_SOURCES: tuple[SourceName, ...] = (
     SourceName.DOCKER,
     SourceName.PODMAN,
     SourceName.NOMAD,
+    SourceName.KERNEL_LOG,
 )
-"""The sources of one tick, in the order they are read: the keys of a ledger's ``sources``."""
+"""The sources of one tick, in the order they are read: the keys of a ledger's ``sources``.
+The kernel log is last: only the Xid part of health depends on it."""
 
 
 @dataclass(frozen=True, slots=True)

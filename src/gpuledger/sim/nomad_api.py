@@ -228,6 +228,8 @@ class FakeNomad(BlockingKnobs):
         self.node_id = node_id
         self.node_name = node_name
         self.gpus = tuple(gpus)
+        self.unhealthy_devices: dict[str, str] = {}
+        """UUID → HealthDescription of the devices the plugin reports unhealthy."""
         self.tls = tls
         self.unix_socket = unix_socket
         self.access: AccessControl = Access()
@@ -531,6 +533,7 @@ class FakeNomad(BlockingKnobs):
             version=self.version,
             meta=self.scheduler_meta(),
             index=self.index,
+            unhealthy=self.unhealthy_devices,
         )
 
 

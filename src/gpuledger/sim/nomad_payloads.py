@@ -287,10 +287,12 @@ def node(
     version: str,
     meta: dict[str, str],
     index: int,
+    unhealthy: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``/v1/node/<id>`` of the agent's own node: ``gpus`` are the UUIDs its NVIDIA plugin
-    fingerprints, ``meta`` the servers' copy of its metadata."""
-    devices = _node_devices(gpus)
+    fingerprints (``unhealthy``: those it reports unhealthy, with their HealthDescription),
+    ``meta`` the servers' copy of its metadata."""
+    devices = _node_devices(gpus, unhealthy or {})
     return {
         "ID": node_id,
         "Name": node_name,
@@ -325,8 +327,10 @@ def node(
     }
 
 
-def _node_devices(gpus: Sequence[str]) -> list[dict[str, Any]]:
-    """The node's NVIDIA devices, a group of instances per device name."""
+def _node_devices(gpus: Sequence[str], unhealthy: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The node's NVIDIA devices, a group of instances per device name. The stock plugin
+    (nomad-device-nvidia 1.1, ``fingerprint.go``) reports every instance healthy; a plugin that
+    watches health sets ``Healthy: false`` and says why in ``HealthDescription``."""
     return [
         {
             "Vendor": "nvidia",
@@ -339,8 +343,8 @@ def _node_devices(gpus: Sequence[str]) -> list[dict[str, Any]]:
             "Instances": [
                 {
                     "ID": uuid,
-                    "Healthy": True,
-                    "HealthDescription": "",
+                    "Healthy": uuid not in unhealthy,
+                    "HealthDescription": unhealthy.get(uuid, ""),
                     "Locality": {"PciBusID": f"00000000:{18 + n:02X}:00.0"},
                 }
                 for n, uuid in enumerate(group)

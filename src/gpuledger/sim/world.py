@@ -20,8 +20,17 @@ memory_used, memory_total}]; ``nvidia_xml_fault: garbage`` breaks its ``-q -x`` 
 what the demo shows.
 ``blink`` {id, namespace, job, group, tasks} is an allocation the demo starts and stops
 (``World.blink``), a change the node controller's watch on Nomad shows within a second.
-``drift`` [{title, add_processes, remove_processes, gpus: {uuid: changes}}] lists the phases a
+``drift`` [{title, add_processes, remove_processes, gpus: {uuid: changes}, xids}] lists the phases a
 demo cycles through, each a change of the node as the scenario begins (``drift_phases``).
+
+Health (issue 25): a GPU's ``pci_bus_id`` (``00000000:18:00.0`` on, by index, when left out)
+and its ``health`` {GpuHealth's field names} and ``lost`` are the fake nvidia-smi's; Nomad's
+device plugin fingerprints every GPU (on a card in MIG mode, its ``mig_devices``) but those with
+``nomad_fingerprint: false``, and reports unhealthy those with ``nomad_unhealthy: <its
+HealthDescription>``. ``xids`` [{gpu: uuid, xid, ago: seconds, detail}] are the driver's Xid
+lines in the kernel log the world writes (``kmsg``, in ``/dev/kmsg``'s record format, dated by
+the ``btime`` of the fake ``<proc-root>/stat``); ``kernel_log: unreadable`` makes it a file
+nobody may read.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -86,8 +96,14 @@ def drift_phases(scenario: Scenario) -> list[tuple[str, dict[str, Any]]]:
         processes = [p for p in start_processes if p["pid"] not in removed]
         processes += phase.get("add_processes", [])
         gpus = [{**g, **changed.get(g["uuid"], {})} for g in start_gpus]
-        phases.append((str(phase["title"]), {"processes": processes, "gpus": gpus}))
+        xids = [*scenario.get("xids", []), *phase.get("xids", [])]
+        phases.append((str(phase["title"]), {"processes": processes, "gpus": gpus, "xids": xids}))
     return phases
+
+
+def default_bus_id(index: int) -> str:
+    """The PCI bus id of a scenario's GPU ``index`` that names none: as a driver writes it."""
+    return f"00000000:{0x18 + index:02X}:00.0"
 
 
 def container_id(key: str) -> str:
@@ -107,6 +123,9 @@ class World:
     podman: FakeDockerApi = field(init=False)
     nomad: FakeNomad = field(init=False)
     nomad_url: str = field(init=False, default="")
+    kernel_log: Path = field(init=False)
+    booted: int = field(init=False, default=0)
+    """The fake machine's boot, in Unix seconds (``btime``): two days before the world began."""
 
     @classmethod
     def start(cls, scenario: Scenario, directory: Path) -> World:
@@ -114,6 +133,8 @@ class World:
         world = cls(directory=directory, scenario=copy.deepcopy(scenario))
         directory.mkdir(parents=True, exist_ok=True)
         world.proc_root = directory / "proc"
+        world.kernel_log = directory / "kmsg"
+        world.booted = int(time.time()) - 2 * 86400
         world.nvidia_smi = install_fake_nvidia_smi(directory, directory / "nvidia.json")
         world.docker = FakeDockerApi(directory / "docker.sock", flavor="docker")
         world.podman = FakeDockerApi(directory / "podman.sock", flavor="podman")
@@ -139,13 +160,17 @@ class World:
         """Write the files and reload the servers from ``self.scenario``."""
         s = self.scenario
         processes = s.get("processes", [])
+        gpus = [
+            {**g, "pci_bus_id": g.get("pci_bus_id") or default_bus_id(n)}
+            for n, g in enumerate(s.get("gpus", []))
+        ]
         state = {
             "driver_version": s.get("driver_version", "590.48.01"),
             "legacy_fields": s.get("legacy_fields", False),
             "fault": s.get("nvidia_fault"),
             "xml_fault": s.get("nvidia_xml_fault"),
             "mig_relayout": s.get("mig_relayout", False),
-            "gpus": s.get("gpus", []),
+            "gpus": gpus,
             "processes": [{k: p[k] for k in _NVIDIA_KEYS if k in p} for p in processes],
         }
         # a new world: the process queries' count (listed_calls) starts again
@@ -180,9 +205,48 @@ class World:
                     if c.get("runtime", "docker") == runtime and not c.get("exited")
                 ]
             )
+        self._write_kernel_log(gpus)
+        devices = (self.nomad.gpus, dict(self.nomad.unhealthy_devices))
+        self.nomad.gpus = tuple(
+            uuid
+            for g in gpus
+            if g.get("nomad_fingerprint", True)
+            for uuid in (
+                [d["uuid"] for d in g.get("mig_devices", [])] if g.get("mig") else [g["uuid"]]
+            )
+        )
+        self.nomad.unhealthy_devices = {
+            g["uuid"]: str(g["nomad_unhealthy"]) for g in gpus if g.get("nomad_unhealthy")
+        }
+        if devices != (self.nomad.gpus, self.nomad.unhealthy_devices):
+            self.nomad.touch_nodes()  # the node's devices changed: a write of "nodes"
         self.nomad.set_allocations(s.get("allocations", []))
         self.nomad.set_gone(s.get("gone_allocations", []))
         self.nomad.set_hidden_namespaces(set(s.get("hidden_namespaces", [])))
+
+    def _write_kernel_log(self, gpus: list[dict[str, Any]]) -> None:
+        """``kmsg``: the scenario's Xid lines as ``/dev/kmsg`` records (``prio,seq,usec,flags;
+        message``), each dated in microseconds since the boot that ``<proc-root>/stat`` gives."""
+        self.proc_root.mkdir(parents=True, exist_ok=True)
+        (self.proc_root / "stat").write_text(
+            f"cpu  1 0 1 100 0 0 0 0 0 0\nbtime {self.booted}\nprocesses 1\n", encoding="utf-8"
+        )
+        bus = {g["uuid"]: g["pci_bus_id"] for g in gpus}
+        records = ["6,1,1000000,-;Linux version 6.1.0-sim (gpuledger simulator)"]
+        now = time.time()
+        for seq, event in enumerate(self.scenario.get("xids", []), start=2):
+            domain, bus_no, device = bus[event["gpu"]].split(".")[0].split(":")
+            usec = int((now - float(event.get("ago", 0)) - self.booted) * 1_000_000)
+            detail = event.get(
+                "detail", "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+            )
+            pci = f"{domain[-4:]}:{bus_no.lower()}:{device.lower()}"
+            line = f"NVRM: Xid (PCI:{pci}): {event['xid']}, {detail}"
+            records.append(f"3,{seq},{usec},-;{line}")
+        tmp = self.directory / "kmsg.tmp"
+        tmp.write_text("".join(r + "\n" for r in records), encoding="utf-8")
+        tmp.chmod(0o000 if self.scenario.get("kernel_log") == "unreadable" else 0o644)
+        tmp.replace(self.kernel_log)
 
     def blink(self) -> bool | None:
         """Start the scenario's ``blink`` allocation, or stop it (as Nomad does: desired stop,
@@ -230,6 +294,8 @@ class World:
             self.nomad_url,
             "--nomad-node-id",
             self.node_id,
+            "--kernel-log",
+            str(self.kernel_log),
         ]
 
     def stop(self) -> None:

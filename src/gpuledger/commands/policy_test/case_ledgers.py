@@ -21,17 +21,21 @@ from gpuledger.model import (
     AllocRef,
     Container,
     Gpu,
+    GpuHealth,
     GpuState,
     Ledger,
     LedgerGpu,
     NodeInfo,
+    NomadDevice,
     Since,
     SourceName,
     SourceStatus,
     Tenant,
     TenantFacts,
     Verdict,
+    XidEvent,
 )
+from gpuledger.model.health import pci_key
 from gpuledger.model.text import excerpt
 from gpuledger.model.time_text import parse_duration
 from gpuledger.policy.rules import Policy
@@ -84,17 +88,27 @@ def _tenant(doc: Mapping[str, Any], pid: int, reservation: AllocRef | None) -> T
     return Tenant(pid=doc.get("pid", pid), used_memory_mib=None, facts=facts)
 
 
+def _uuid(index: int) -> str:
+    return f"GPU-{index:08d}-0000-4000-8000-000000000000"
+
+
+def _bus(index: int) -> str:
+    return f"00000000:{0x18 + index:02X}:00.0"
+
+
 def _inline_gpu(doc: Mapping[str, Any]) -> LedgerGpu:
     index = int(doc["index"])
     gpu = Gpu(
         index=index,
-        uuid=doc.get("uuid", f"GPU-{index:08d}-0000-4000-8000-000000000000"),
+        uuid=doc.get("uuid", _uuid(index)),
         name=doc.get("name", "NVIDIA H200"),
         utilization_percent=doc.get("utilization"),
         temperature_c=doc.get("temperature"),
         thermal_margin_c=doc.get("thermal_margin"),
         thermal_slowdown=doc.get("thermal_slowdown"),
         encoder_sessions=doc.get("encoder_sessions"),
+        pci_bus_id=doc.get("pci_bus_id", _bus(index)),
+        health=GpuHealth(**doc["health"]) if "health" in doc else None,
     )
     reservation = _alloc(doc.get("reservation"))
     tenants = tuple(
@@ -122,12 +136,54 @@ def inline_ledger(case: Mapping[str, Any]) -> Ledger:
         sources[SourceName(name)] = (
             SourceStatus.off() if error == "off" else SourceStatus.failed(error)
         )
+    gpus = tuple(_inline_gpu(g) for g in case["gpus"])
     return Ledger(
         node=NodeInfo(name=case.get("node", _INLINE_NODE), nomad_node_id=None, version=__version__),
         at=AT,
         sources=sources,
-        gpus=tuple(_inline_gpu(g) for g in case["gpus"]),
+        gpus=gpus,
+        xids=_xids(case.get("xids", []), gpus),
+        devices=_devices(case["nomad_devices"], gpus) if "nomad_devices" in case else None,
     )
+
+
+def _by_index(gpus: tuple[LedgerGpu, ...], index: int) -> Gpu:
+    for lgpu in gpus:
+        if lgpu.gpu.index == index:
+            return lgpu.gpu
+    raise ConfigError(f"a case names GPU {index}, which its gpus do not list")
+
+
+def _xids(docs: list[Mapping[str, Any]], gpus: tuple[LedgerGpu, ...]) -> tuple[XidEvent, ...]:
+    """Each ``{gpu, xid, ago}``, logged ``ago`` before the case's instant on that GPU's bus."""
+    events = []
+    for doc in docs:
+        bus = _by_index(gpus, int(doc["gpu"])).pci_bus_id or ""
+        events.append(
+            XidEvent(
+                pci=pci_key(bus) or bus,
+                xid=int(doc["xid"]),
+                at=AT - parse_duration(doc.get("ago", "0s")),
+            )
+        )
+    return tuple(sorted(events, key=lambda e: e.at))
+
+
+def _devices(docs: list[Mapping[str, Any]], gpus: tuple[LedgerGpu, ...]) -> tuple[NomadDevice, ...]:
+    """Each ``{gpu, healthy, description}`` as Nomad's device plugin would list it."""
+    found = []
+    for doc in docs:
+        named = doc["gpu"]
+        uuid = _by_index(gpus, named).uuid if isinstance(named, int) else str(named)
+        found.append(
+            NomadDevice(
+                id=uuid,
+                name="H200",
+                healthy=doc.get("healthy", True),
+                health_description=doc.get("description", ""),
+            )
+        )
+    return tuple(found)
 
 
 class Scenarios:

@@ -43,6 +43,54 @@ _TENANT = _closed(
     },
 )
 _COUNT = {"type": "integer", "minimum": 0}
+_FLAG = {"type": "boolean"}
+_HEALTH = _closed(
+    "the driver's health of a card such as {ecc_uncorrected_volatile: 2, remapped_rows_pending: "
+    "true}",
+    {
+        **dict.fromkeys(
+            (
+                "ecc_uncorrected_volatile",
+                "ecc_uncorrected_aggregate",
+                "ecc_corrected_volatile",
+                "retired_pages_sbe",
+                "retired_pages_dbe",
+                "remapped_rows_correctable",
+                "remapped_rows_uncorrectable",
+                "pcie_gen",
+                "pcie_gen_max",
+                "pcie_width",
+                "pcie_width_max",
+            ),
+            _COUNT,
+        ),
+        **dict.fromkeys(
+            (
+                "retired_pages_pending",
+                "remapped_rows_pending",
+                "remapped_rows_failure",
+                "hw_slowdown",
+                "power_brake",
+            ),
+            _FLAG,
+        ),
+    },
+)
+_XID = _closed(
+    "an Xid the driver logged such as {gpu: 0, xid: 79, ago: 2h}",
+    {"gpu": _COUNT, "xid": {"type": "integer", "minimum": 1}, "ago": {"$ref": "#/$defs/duration"}},
+    "gpu",
+    "xid",
+)
+_DEVICE = _closed(
+    "a device Nomad fingerprinted such as {gpu: 0, healthy: false, description: Xid 79}",
+    {
+        "gpu": {"title": "a GPU index or a UUID", "type": ["integer", "string"]},
+        "healthy": {"type": ["boolean", "null"]},
+        "description": {"type": "string"},
+    },
+    "gpu",
+)
 _GPU = _closed(
     "a GPU such as {index: 0, utilization: 3, reservation: {...}, tenants: [...]}",
     {
@@ -58,6 +106,8 @@ _GPU = _closed(
         "encoder_cap": {"type": "integer", "minimum": 1},
         "reservation": _ALLOC,
         "tenants": {"type": "array", "items": _TENANT},
+        "pci_bus_id": {"type": "string", "minLength": 1},
+        "health": _HEALTH,
     },
     "index",
 )
@@ -99,6 +149,12 @@ _CASE = _closed(
                 "a mapping such as {state: 30h, idle: 8h}",
                 {"state": _DURATION, "idle": _DURATION},
             ),
+        },
+        "xids": {"type": "array", "items": _XID},
+        "nomad_devices": {
+            "title": "the devices Nomad fingerprinted (left out: Nomad gave no word on devices)",
+            "type": "array",
+            "items": _DEVICE,
         },
         "codes": {"type": "array", "items": _CODE},
         "expect": {"type": "array", "items": _EXPECTED},
