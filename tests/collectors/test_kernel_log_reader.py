@@ -427,3 +427,17 @@ def test_without_btime_the_records_cannot_be_dated(log_file: Path, tmp_path: Pat
     (tmp_path / "stat").write_text("cpu  1 2 3\n")
     with pytest.raises(SourceError, match="has no btime line"):
         KernelLog(log_file, tmp_path).read(NOW)
+
+
+def test_a_boot_time_past_any_date_is_refused(log_file: Path, tmp_path: Path) -> None:
+    (tmp_path / "stat").write_text("btime 999999999999\n")
+    with pytest.raises(SourceError, match="is no time a machine booted"):
+        KernelLog(log_file, tmp_path).read(NOW)
+
+
+def test_a_record_dated_past_any_date_is_counted_not_read(tmp_path: Path, proc: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_text(record(0, 99_999_999_999_999_999_999, MESSAGES[0]) + record(1, 1, MESSAGES[8]))
+    log = KernelLog(path, proc)
+    assert pairs(log.read(NOW)) == [("0000:44:00", 79)]
+    assert log.unparsed == 1

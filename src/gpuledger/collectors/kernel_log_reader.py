@@ -227,7 +227,11 @@ class KernelLog:
         if xid is None:
             self.unknown_xid += 1
             return
-        at = self._boot + timedelta(microseconds=record.usec)
+        try:
+            at = self._boot + timedelta(microseconds=record.usec)
+        except OverflowError:  # microseconds past any date: not a record the kernel wrote
+            self.unparsed += 1
+            return
         event = XidEvent(xid.pci, xid.xid, at, xid.detail, xid.pid, xid.process, "kernel-log")
         self._keep(_Kept(record.sequence, event))
 
@@ -276,7 +280,14 @@ class KernelLog:
                 f"{where} has no btime line",
                 "Give --proc-root a Linux /proc: its stat file names the boot time (proc(5)).",
             )
-        return datetime.fromtimestamp(seconds, timezone.utc)
+        try:
+            return datetime.fromtimestamp(seconds, timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise SourceError(
+                SourceName.KERNEL_LOG,
+                f"{where}'s btime {seconds} is no time a machine booted",
+                "Give --proc-root a Linux /proc: its stat file names the boot time (proc(5)).",
+            ) from None
 
     def _open_error(self, e: OSError) -> SourceError:
         if e.errno in _DENIED:
