@@ -165,6 +165,21 @@ def test_a_card_that_cannot_be_reached_is_named_by_its_index() -> None:
         watcher.stop()
 
 
+def test_a_card_whose_bus_id_is_refused_is_watched_under_its_index() -> None:
+    fake = two_cards(pci_lost=True)
+    watcher = NvmlXidWatcher(fake, Clock(), timeout_ms=1)
+    try:
+        assert watcher.start()
+        assert watcher.unsupported == ()
+        fake.deliver(1, 79)
+        assert fake.settle(1)
+        assert [(e.pci, e.xid, e.detail) for e in watcher.drain()] == [
+            ("", 79, "on the GPU of index 1, whose bus id could not be read")
+        ]
+    finally:
+        watcher.stop()
+
+
 def test_nvml_that_cannot_start_starts_nothing() -> None:
     fake = FakeNvmlEvents(world(gpu(0, UUID_A), fault="no-driver"))
     watcher = NvmlXidWatcher(fake, Clock(), timeout_ms=1)

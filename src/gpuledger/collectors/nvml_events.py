@@ -65,7 +65,7 @@ class NvmlXidWatcher:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._set: Any = None
-        self._cards: dict[Hashable, str] = {}
+        self._cards: dict[Hashable, tuple[str, int]] = {}  # handle: (PCI key or "", index)
         self._handles: list[Any] = []  # held, so that an id() used as a key stays theirs
         self._error: str | None = None
         self._initialised = False
@@ -138,18 +138,19 @@ class NvmlXidWatcher:
         problems: list[str] = []
         watched = 0
         for index in range(nv.nvmlDeviceGetCount()):
-            name = f"index {index}"
+            pci = ""
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(index)
-                name = _pci_of(nv, handle) or name
+                with contextlib.suppress(nv.NVMLError):  # unnamed, it can still be watched
+                    pci = _pci_of(nv, handle) or ""
                 nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError, self._set)
             except nv.NVMLError as e:
-                unsupported.append(name)
+                unsupported.append(pci or f"index {index}")
                 if e.value != _NOT_SUPPORTED:
-                    problems.append(f"the GPU at {name} cannot be watched: {e}")
+                    problems.append(f"the GPU at {pci or f'index {index}'} cannot be watched: {e}")
                 continue
             self._handles.append(handle)
-            self._cards[_handle_key(handle)] = name
+            self._cards[_handle_key(handle)] = (pci, index)
             watched += 1
         self.unsupported = tuple(unsupported)
         if watched == 0 and not problems:
@@ -183,14 +184,15 @@ class NvmlXidWatcher:
 
     def _event(self, data: Any) -> XidEvent:
         nv = self._nv
-        pci = self._cards.get(_handle_key(data.device))
         detail: list[str] = []
-        if pci is None:
+        pci, index = self._cards.get(_handle_key(data.device), ("", None))
+        if index is None:
             try:
                 pci = _pci_of(nv, data.device) or ""
             except nv.NVMLError as e:
-                pci = ""
                 detail.append(f"its GPU's bus id could not be read: {e}")
+        elif not pci:
+            detail.append(f"on the GPU of index {index}, whose bus id could not be read")
         gi = getattr(data, "gpuInstanceId", _WHOLE_CARD)
         ci = getattr(data, "computeInstanceId", _WHOLE_CARD)
         if _WHOLE_CARD not in (gi, ci):
