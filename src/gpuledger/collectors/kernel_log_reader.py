@@ -169,16 +169,18 @@ class KernelLog:
             except BlockingIOError:
                 return  # EAGAIN: /dev/kmsg has nothing more now
             except InterruptedError:
+                read += 1  # each try counts, so that no fault turns the drain into a spin
                 continue
             except OSError as e:
                 if e.errno == errno.EPIPE:
                     self.overrun += 1  # the ring went over; the next read goes on
                     self._partial, self._skipping = b"", False
+                    read += 1
                     continue
                 self._close_fd()
                 raise SourceError(
                     SourceName.KERNEL_LOG,
-                    f"cannot read {self.path}: {os.strerror(e.errno or 0) or e}",
+                    f"cannot read {self.path}: {e.strerror or e}",
                     "It is opened again at the next read; if it keeps failing, check the "
                     "device or file named by --kernel-log.",
                 ) from None
