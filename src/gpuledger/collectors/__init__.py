@@ -9,6 +9,10 @@ over the clients, the clients over TLS. Its modules:
   instance only where the driver's outputs prove it (both backends use it);
 - ``nvidia_codes``: NVML's return codes and what each means to the operator (both backends);
 - ``kernel_log``: the kernel log's Xid lines, ``/dev/kmsg`` records and PCI bus ids, parsed;
+- ``kernel_log_reader``: ``/dev/kmsg`` (or a file of its records) followed for the driver's Xid
+  errors, each dated by its record, kept for a window (``KernelLog``);
+- ``nvml_events``: the critical Xid errors NVML's event API hands a waiting thread
+  (``NvmlXidWatcher``), when the cards support it;
 - ``procfs``: each GPU process's owner and command line from ``/proc``;
 - ``runtimes``: container names and labels from Docker and Podman;
 - ``nomad_transport``: Nomad's settings and ``NomadApi``, the session (TLS, token, Task API
