@@ -64,7 +64,7 @@ def test_changing_one_threshold_of_the_example_fails_the_case_that_pins_it(
         "        +{code: reserved-idle, level: WARN, gpu: 1, subject: {alloc: a1, "
         "namespace: research, job: notebook-ana, task: jupyter}}\n"
     ) in out
-    assert out.endswith("14 cases: 13 passed, 1 failed\n")
+    assert out.endswith("17 cases: 16 passed, 1 failed\n")
 
 
 def test_a_wrong_level_shows_as_a_minus_and_plus_line_among_the_agreeing_ones(
@@ -186,8 +186,9 @@ def test_an_invalid_test_file_is_a_usage_error_listing_every_problem(
         f"{path}:6:15: tests[1].scenario: 'nosuch' is neither a built-in scenario (such as "
         "demo) nor a scenario .yaml file beside the test file",
         f"{path}:9:23: tests[2].gpus[0].utilisation: unknown key 'utilisation'; allowed: "
-        "encoder_cap, encoder_sessions, index, name, reservation, state, temperature, tenants, "
-        "thermal_margin, thermal_slowdown, utilization, uuid; did you mean 'utilization'?",
+        "encoder_cap, encoder_sessions, health, index, name, pci_bus_id, reservation, state, "
+        "temperature, tenants, thermal_margin, thermal_slowdown, utilization, uuid; did you mean "
+        "'utilization'?",
         f"{path}:10:26: tests[2].history.1.state: '3 hours' is not a duration such as 0s, 90s, "
         "30m, 6h or 1d12h",
         f"{path}:11:21: tests[2].expect[0].code: 'hott' is not a finding code such as "

@@ -43,6 +43,12 @@ class Nvml:
         self._start()
 
     @property
+    def module(self) -> Any:
+        """The NVML module this reader calls (``pynvml``, or a test's fake): its event API is
+        waited on by ``nvml_events``."""
+        return self._nv
+
+    @property
     def available(self) -> bool:
         """Whether NVML loaded and initialised."""
         return self._error is None

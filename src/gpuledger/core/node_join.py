@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuledger.model import (
+    TICK_SOURCES,
     Allocation,
     AllocLookup,
     AllocLookupResult,
@@ -217,7 +218,9 @@ def reconcile(
     memo: JoinMemo | None = None,
 ) -> Ledger:
     """Join reservations and processes on GPU UUID into a ledger, without findings."""
-    sources = {**observed.sources, SourceName.NOMAD: desired.status}
+    read = {**observed.sources, SourceName.NOMAD: desired.status}
+    # In the order of the tick (the kernel log, read last, after Nomad).
+    sources = {name: read[name] for name in TICK_SOURCES if name in read} | read
     reading = observed.reading
     view = desired.view if desired.status.readable else None
     devices = view.devices if view is not None else None

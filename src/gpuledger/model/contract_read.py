@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from gpuledger.errors import ContractError, SchemaMismatchError, SourceName
 from gpuledger.model.contract import SCHEMA
+from gpuledger.model.health import GpuHealth, LostGpu, NomadDevice, XidEvent
 from gpuledger.model.readings import (
     TICK_SOURCES,
     Container,
@@ -299,6 +300,7 @@ def _instance(
         compute_instance_id=_field(i, "computeInstanceId", _OPT_INT, where),
         memory_used_mib=_field(i, "memoryUsedMiB", _OPT_INT, where),
         memory_total_mib=_field(i, "memoryTotalMiB", _OPT_INT, where),
+        health=_health(i.get("health"), f"{where}.health"),
     )
     reservation = _reservation(i, where)
     return LedgerInstance(
@@ -328,6 +330,8 @@ def _gpu(doc: object, where: str, sources: Mapping[SourceName, SourceStatus]) ->
         encoder_sessions=_field(g, "encoderSessions", _OPT_INT, where),
         mig_enabled=_field(g, "migEnabled", _OPT_BOOL, where),
         mig_pending=_field(g, "migPending", _OPT_BOOL, where),
+        pci_bus_id=_field(g, "pciBusId", _OPT_STR, where),
+        health=_health(g.get("health"), f"{where}.health"),
     )
     # A controller older than MIG support sends no "instances": a list of none.
     instances = g.get("instances") or []
@@ -345,6 +349,80 @@ def _gpu(doc: object, where: str, sources: Mapping[SourceName, SourceStatus]) ->
             _instance(i, f"{where}.instances[{n}]", gpu, sources) for n, i in enumerate(instances)
         ),
     )
+
+
+_HEALTH_COUNTS = {
+    "eccUncorrectedVolatile": "ecc_uncorrected_volatile",
+    "eccUncorrectedAggregate": "ecc_uncorrected_aggregate",
+    "eccCorrectedVolatile": "ecc_corrected_volatile",
+    "retiredPagesSbe": "retired_pages_sbe",
+    "retiredPagesDbe": "retired_pages_dbe",
+    "remappedRowsCorrectable": "remapped_rows_correctable",
+    "remappedRowsUncorrectable": "remapped_rows_uncorrectable",
+    "pcieGen": "pcie_gen",
+    "pcieGenMax": "pcie_gen_max",
+    "pcieWidth": "pcie_width",
+    "pcieWidthMax": "pcie_width_max",
+}
+_HEALTH_FLAGS = {
+    "retiredPagesPending": "retired_pages_pending",
+    "remappedRowsPending": "remapped_rows_pending",
+    "remappedRowsFailure": "remapped_rows_failure",
+    "hwSlowdown": "hw_slowdown",
+    "powerBrake": "power_brake",
+}
+
+
+def _health(doc: object, where: str) -> GpuHealth | None:
+    """A card's ``health`` (issue 25; absent from older controllers' documents: unknown)."""
+    if doc is None:
+        return None
+    h = _obj(doc, where)
+    values: dict[str, Any] = {f: _field(h, k, _OPT_INT, where) for k, f in _HEALTH_COUNTS.items()}
+    values |= {f: _field(h, k, _OPT_BOOL, where) for k, f in _HEALTH_FLAGS.items()}
+    return GpuHealth(**values)
+
+
+def _xid(doc: object, where: str) -> XidEvent:
+    x = _obj(doc, where)
+    return XidEvent(
+        pci=_field(x, "pci", _STR, where),
+        xid=_field(x, "xid", _INT, where),
+        at=parse_time(x.get("at"), f"{where}.at"),
+        detail=_field(x, "detail", _STR, where),
+        pid=_field(x, "pid", _OPT_INT, where),
+        process=_field(x, "process", _OPT_STR, where),
+        source=_field(x, "source", _STR, where),
+    )
+
+
+def _lost(doc: object, where: str) -> LostGpu:
+    d = _obj(doc, where)
+    return LostGpu(
+        pci_bus_id=_field(d, "pciBusId", _OPT_STR, where),
+        message=_field(d, "message", _STR, where),
+        index=_field(d, "index", _OPT_INT, where),
+    )
+
+
+def _devices(top: Mapping[str, Any]) -> tuple[NomadDevice, ...] | None:
+    """``nomadDevices``: ``null`` (or absent, from an older controller) is no word on them."""
+    if top.get("nomadDevices") is None:
+        return None
+    found = []
+    for n, doc in enumerate(_optional_list(top, "nomadDevices")):
+        where = f"nomadDevices[{n}]"
+        d = _obj(doc, where)
+        found.append(
+            NomadDevice(
+                id=_field(d, "id", _STR, where),
+                name=_field(d, "name", _STR, where),
+                healthy=_field(d, "healthy", _OPT_BOOL, where),
+                health_description=_field(d, "healthDescription", _STR, where),
+                pci_bus_id=_field(d, "pciBusId", _OPT_STR, where),
+            )
+        )
+    return tuple(found)
 
 
 def _missing(doc: object, where: str) -> MissingDevice:
@@ -419,7 +497,8 @@ def parse_ledger(doc: object) -> Ledger:
 
     Keys added within schema 1 are optional: a document of an earlier build lacks them
     (``verdict``, ``reason``, ``encoderSessionCap``, ``migEnabled``, ``migPending``,
-    ``instances``, ``missingDevices``, ``unlistedProcesses``), and what they say is derived
+    ``instances``, ``missingDevices``, ``unlistedProcesses``, and issue 25's ``pciBusId``,
+    ``health``, ``lostGpus``, ``xids``, ``nomadDevices``), and what they say is derived
     (a tenant's verdict) or unknown (``null``, none).
     """
     top = _obj(doc, "document")
@@ -450,4 +529,9 @@ def parse_ledger(doc: object) -> Ledger:
             _unlisted(p, f"unlistedProcesses[{i}]")
             for i, p in enumerate(_optional_list(top, "unlistedProcesses"))
         ),
+        lost=tuple(
+            _lost(d, f"lostGpus[{i}]") for i, d in enumerate(_optional_list(top, "lostGpus"))
+        ),
+        xids=tuple(_xid(x, f"xids[{i}]") for i, x in enumerate(_optional_list(top, "xids"))),
+        devices=_devices(top),
     )

@@ -230,6 +230,8 @@ class FakeNomad(BlockingKnobs):
         self.gpus = tuple(gpus)
         self.unhealthy_devices: dict[str, str] = {}
         """UUID → HealthDescription of the devices the plugin reports unhealthy."""
+        self.device_buses: dict[str, str] = {}
+        """UUID → the PCI bus id the plugin gives a device (``Locality.PciBusID``)."""
         self.tls = tls
         self.unix_socket = unix_socket
         self.access: AccessControl = Access()
@@ -534,6 +536,7 @@ class FakeNomad(BlockingKnobs):
             meta=self.scheduler_meta(),
             index=self.index,
             unhealthy=self.unhealthy_devices,
+            buses=self.device_buses,
         )
 
 

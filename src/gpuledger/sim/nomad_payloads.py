@@ -288,11 +288,13 @@ def node(
     meta: dict[str, str],
     index: int,
     unhealthy: Mapping[str, str] | None = None,
+    buses: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``/v1/node/<id>`` of the agent's own node: ``gpus`` are the UUIDs its NVIDIA plugin
-    fingerprints (``unhealthy``: those it reports unhealthy, with their HealthDescription),
+    fingerprints (``unhealthy``: those it reports unhealthy, with their HealthDescription;
+    ``buses``: their PCI bus ids, as the plugin reads them from NVML),
     ``meta`` the servers' copy of its metadata."""
-    devices = _node_devices(gpus, unhealthy or {})
+    devices = _node_devices(gpus, unhealthy or {}, buses or {})
     return {
         "ID": node_id,
         "Name": node_name,
@@ -327,7 +329,9 @@ def node(
     }
 
 
-def _node_devices(gpus: Sequence[str], unhealthy: Mapping[str, str]) -> list[dict[str, Any]]:
+def _node_devices(
+    gpus: Sequence[str], unhealthy: Mapping[str, str], buses: Mapping[str, str]
+) -> list[dict[str, Any]]:
     """The node's NVIDIA devices, a group of instances per device name. The stock plugin
     (nomad-device-nvidia 1.1, ``fingerprint.go``) reports every instance healthy; a plugin that
     watches health sets ``Healthy: false`` and says why in ``HealthDescription``."""
@@ -345,7 +349,7 @@ def _node_devices(gpus: Sequence[str], unhealthy: Mapping[str, str]) -> list[dic
                     "ID": uuid,
                     "Healthy": uuid not in unhealthy,
                     "HealthDescription": unhealthy.get(uuid, ""),
-                    "Locality": {"PciBusID": f"00000000:{18 + n:02X}:00.0"},
+                    "Locality": {"PciBusID": buses.get(uuid, f"00000000:{18 + n:02X}:00.0")},
                 }
                 for n, uuid in enumerate(group)
             ],

@@ -206,6 +206,14 @@ class World:
                 ]
             )
         self._write_kernel_log(gpus)
+        self._fingerprint(gpus)
+        self.nomad.set_allocations(s.get("allocations", []))
+        self.nomad.set_gone(s.get("gone_allocations", []))
+        self.nomad.set_hidden_namespaces(set(s.get("hidden_namespaces", [])))
+
+    def _fingerprint(self, gpus: list[dict[str, Any]]) -> None:
+        """What Nomad's device plugin fingerprinted: every GPU (a card in MIG mode: its
+        instances) but those with ``nomad_fingerprint: false``, and its word on their health."""
         devices = (self.nomad.gpus, dict(self.nomad.unhealthy_devices))
         self.nomad.gpus = tuple(
             uuid
@@ -215,14 +223,12 @@ class World:
                 [d["uuid"] for d in g.get("mig_devices", [])] if g.get("mig") else [g["uuid"]]
             )
         )
+        self.nomad.device_buses = {g["uuid"]: g["pci_bus_id"] for g in gpus}
         self.nomad.unhealthy_devices = {
             g["uuid"]: str(g["nomad_unhealthy"]) for g in gpus if g.get("nomad_unhealthy")
         }
         if devices != (self.nomad.gpus, self.nomad.unhealthy_devices):
             self.nomad.touch_nodes()  # the node's devices changed: a write of "nodes"
-        self.nomad.set_allocations(s.get("allocations", []))
-        self.nomad.set_gone(s.get("gone_allocations", []))
-        self.nomad.set_hidden_namespaces(set(s.get("hidden_namespaces", [])))
 
     def _write_kernel_log(self, gpus: list[dict[str, Any]]) -> None:
         """``kmsg``: the scenario's Xid lines as ``/dev/kmsg`` records (``prio,seq,usec,flags;
