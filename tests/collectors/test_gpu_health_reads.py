@@ -419,3 +419,19 @@ def test_nvml_no_permission_on_the_handle_still_fails_the_read() -> None:
     with pytest.raises(SourceError) as caught:
         Nvml(FakePynvml(state)).read()
     assert "no permission" in caught.value.message
+
+
+def test_nvml_health_of_a_mig_instance_where_its_handle_answers(nvidia_world: NvidiaWorld) -> None:
+    state = h200_mig()
+    state["gpus"][0]["mig_devices"][2]["health"] = {"ecc_uncorrected_volatile": 1}
+    by_nvml = Nvml(FakePynvml(state)).read()
+    assert [i.health for i in by_nvml.instances] == [
+        None,
+        None,
+        GpuHealth(ecc_uncorrected_volatile=1),
+        None,
+        None,
+    ]
+    # nvidia-smi reports nothing per instance: unknown, not healthy
+    by_smi = smi_read(nvidia_world, state)
+    assert [i.health for i in by_smi.instances] == [None] * 5

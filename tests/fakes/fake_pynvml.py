@@ -21,9 +21,10 @@ Health (issue 25), from the same GPU keys the fake nvidia-smi prints: ``health``
 ``retired_pages_sbe``/``_dbe`` count, the four remapped-row figures from one
 ``nvmlDeviceGetRemappedRows`` (NotSupported unless all four are given), the PCIe link from the
 four ``…PcieLink…`` calls, and ``hw_slowdown``/``power_brake`` as bits of the clock-event mask
-(clear by default). The driver-level ``health_refused`` [ecc, retired, remap, pcie] makes
-those calls FunctionNotFound (``hw_reasons`` and ``bus`` are nvidia-smi's alone: NVML has one
-mask and always the bus id), ``nvml_missing`` [names] removes functions from the module
+(clear by default); a MIG device's ``health`` {ecc_uncorrected_volatile} is what its own handle
+answers (NotSupported without it). The driver-level ``health_refused`` [ecc, retired, remap,
+pcie] makes those calls FunctionNotFound (``hw_reasons`` and ``bus`` are nvidia-smi's alone:
+NVML has one mask and always the bus id), ``nvml_missing`` [names] removes functions from the module
 (an nvidia-ml-py older than the call: AttributeError), and ``nvml_no_permission`` [names] makes
 those calls NoPermission. A GPU with ``lost`` answers GpuIsLost for its handle; one with
 ``lost_after: NAME`` is lost from that call on (it fell off the bus in the middle of a read).
@@ -251,10 +252,22 @@ class FakePynvml(ModuleType):
     # ----------------------------------------------------------------- health
 
     def nvmlDeviceGetTotalEccErrors(  # noqa: N802
-        self, handle: _Handle, error_type: int, counter_type: int
+        self, handle: _Handle | _MigHandle, error_type: int, counter_type: int
     ) -> int:
-        """An ECC counter: uncorrected volatile or aggregate, corrected volatile."""
+        """An ECC counter: uncorrected volatile or aggregate, corrected volatile. A MIG handle
+        answers its uncorrected volatile count only (its device's ``health``), else
+        NotSupported."""
         self._enter("nvmlDeviceGetTotalEccErrors", handle)
+        if isinstance(handle, _MigHandle):
+            if "ecc" in self.state.get("health_refused", ()):
+                raise _error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            if (error_type, counter_type) != (
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            ):
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            health = handle.device.get("health") or {}
+            return int(self._value(health, "ecc_uncorrected_volatile"))
         keys = {
             (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC): (
                 "ecc_uncorrected_volatile"

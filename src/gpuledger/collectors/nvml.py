@@ -18,10 +18,15 @@ from types import ModuleType
 from typing import Any
 
 from gpuledger.collectors.nvidia_codes import (
+    DEPRECATED,
     DRIVER_PROBLEMS,
     FUNCTION_NOT_FOUND,
     GPU_IS_LOST,
+    IRQ_ISSUE,
     NO_PERMISSION,
+    NOT_FOUND,
+    NOT_SUPPORTED,
+    UNKNOWN,
 )
 from gpuledger.collectors.nvidia_mig import Listed, place_listed
 from gpuledger.errors import SourceError, SourceName
@@ -33,16 +38,18 @@ _MIB = 1024 * 1024
 
 # Errors nvidia-smi prints as a cell token ([N/A], [Insufficient Permissions], [Not Found],
 # [Function Not Found], [Requested functionality has been deprecated], [Unknown Error]).
-_CELL_ERRORS = frozenset({3, NO_PERMISSION, 6, FUNCTION_NOT_FOUND, 26, 999})
+_CELL_ERRORS = frozenset(
+    {NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, FUNCTION_NOT_FOUND, DEPRECATED, UNKNOWN}
+)
 # What nvmlDeviceGetMigDeviceHandleByIndex answers for an empty slot (InvalidArgument,
 # NotFound), as Nomad's device plugin reads it.
-_EMPTY_SLOT = frozenset({2, 6})
+_EMPTY_SLOT = frozenset({2, NOT_FOUND})
 _NOT_AN_ID = 0xFFFFFFFF
 # What nvmlDeviceGetHandleByIndex answers for a card it lists and cannot reach: GPU is lost,
 # an interrupt issue, Unknown Error (nvidia-smi's "Unable to determine the device handle for
 # GPU …: Unknown Error"). No permission stays a failure of the read: it is the caller's, with
 # its own hint, not the card's.
-_UNREACHABLE = frozenset({GPU_IS_LOST, 11, 999})
+_UNREACHABLE = frozenset({GPU_IS_LOST, IRQ_ISSUE, UNKNOWN})
 _NOTHING = GpuHealth()
 
 
@@ -428,7 +435,22 @@ class Nvml:
             compute_instance_id=self._call(("ci", lambda: nv.nvmlDeviceGetComputeInstanceId(mig))),
             memory_used_mib=used,
             memory_total_mib=total,
+            health=self._instance_health(mig),
         )
+
+    def _instance_health(self, mig: Any) -> GpuHealth | None:
+        """What NVML answers per MIG handle: its uncorrectable volatile ECC errors (NVML's
+        documentation: per-instance counts are of non-DRAM uncorrectable volatile errors only);
+        ``None`` where it answers nothing, as nvidia-smi, which reports none per instance."""
+        nv = self._nv
+
+        def call() -> Any:
+            return nv.nvmlDeviceGetTotalEccErrors(
+                mig, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+            )
+
+        errors = _count(self._guarded("mig_ecc", call))
+        return None if errors is None else GpuHealth(ecc_uncorrected_volatile=errors)
 
 
 def _text(value: Any) -> str | None:

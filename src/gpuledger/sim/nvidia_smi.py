@@ -10,7 +10,9 @@ collector it fakes::
                "memory_used": 40000, "memory_total": 143771, "memory_reserved": 0,
                "temperature": 54, "tlimit": 30, "hw_thermal_slowdown": false,
                "sw_thermal_slowdown": false, "encoder_sessions": 0, "mig": false,
-               "pci_bus_id": "00000000:83:00.0", "lost": false}],
+               "pci_bus_id": "00000000:83:00.0", "lost": false,
+               "health": {"ecc_uncorrected_volatile": 0, "remapped_rows_pending": false,
+                          "pcie_width": 16, "pcie_width_max": 16}}],
      "processes": [{"gpu": "GPU-…", "pid": 4242, "name": "python3", "used_memory": 1000,
                     "vanishes": false}]}
 
@@ -21,9 +23,20 @@ it (``Device N`` by position) and ``-q -x`` shows as ``<mig_device>``; a process
 ids ``gpu_instance`` and ``compute_instance`` (0 when left out) in ``-q -x``, which leaves out
 one with ``xml_hidden``. ``mig_relayout`` lists the devices in reverse at every second ``-L``
 (the layout changed between two calls); ``xml_fault: garbage`` breaks ``-q -x``.
-``legacy_fields`` plays a driver before 535: no ``temperature.gpu.tlimit``, only
-the ``clocks_throttle_reasons.*`` names, and ``memory.used`` that includes the reserved memory;
-``unknown_fields`` lists ``--query-gpu`` fields the driver refuses (``mig.mode.*`` before R450).
+``legacy_fields`` plays a driver before 535 (the 465.27 capture): no ``temperature.gpu.tlimit``,
+only the ``clocks_throttle_reasons.*`` names, no ``remapped_rows.*``, ``pcie.link.gen.current``
+but no ``…gpucurrent``, and ``memory.used`` that includes the reserved memory;
+``unknown_fields`` lists ``--query-gpu`` fields the driver refuses (``mig.mode.*`` before R450),
+``health_refused`` whole groups of them (``ecc``, ``retired``, ``remap``, ``pcie``,
+``hw_reasons``, ``bus``), each refused as the real tool refuses a field: exit 2.
+
+Health (issue 25): a GPU's ``health`` maps ``GpuHealth`` field names to values (counts, and
+true/false printed ``Yes``/``No``, or ``Active``/``Not Active`` for ``hw_slowdown`` and
+``power_brake``, which default to ``Not Active`` where the card reports its thermal reasons); a
+field left out prints ``[N/A]``, one named in ``health_unsupported`` ``[Not Supported]``. A GPU
+with ``lost: true`` prints, in place of its row (and of its processes, and of its ``-L`` line),
+``Unable to determine the device handle for GPU 0000:84:00.0: GPU is lost. Reboot the system to
+recover this GPU``, and the call exits 15; ``-q -x`` leaves it out.
 A process that ``vanishes`` has exited before this call; one with ``listed_calls: N`` is listed by
 the first N process queries (counted in ``.compute-apps-calls`` beside the state file), then has
 exited. ``fault`` is one of ``no-driver``
