@@ -164,7 +164,7 @@ class NvidiaSmi:
         self.path = path
         self.timeout = timeout
         # What this driver said about the optional groups. Once every group is known, the
-        # accepted ones ride along with the main query: one spawn instead of four.
+        # accepted ones ride along with the main query: one spawn instead of one per group.
         self._accepted: list[tuple[str, ...]] = []
         self._rejected: set[tuple[str, ...]] = set()
         self._probed = False
@@ -204,7 +204,8 @@ class NvidiaSmi:
         while the XML was taken cannot tie a UUID to another instance's ids."""
         before = parse_list_gpus(self._answer(["-L"]).text)
         try:
-            xml: dict[str, XmlCard] | None = parse_query_xml(self._run(["-q", "-x"]))
+            # A lost GPU's line may stand before the document too (exit 15): it is no XML.
+            xml: dict[str, XmlCard] | None = parse_query_xml(self._answer(["-q", "-x"]).text)
         except SourceError:
             xml = None  # no process is placed: their instances are unknown, and said so
         return MigOutputs(before, xml, parse_list_gpus(self._answer(["-L"]).text))
@@ -267,13 +268,6 @@ class NvidiaSmi:
         if not lost or (rows_required and not any(_records(text))):
             raise _smi_failure(status, combined)
         return _Answer(text, lost)
-
-    def _run(self, args: Sequence[str]) -> str:
-        """stdout of a call that must succeed; ``SourceError`` for any other exit."""
-        status, out, err = self._spawn(args)
-        if status == 0:
-            return out
-        raise _smi_failure(status, (out + err).strip())
 
     def _spawn(self, args: Sequence[str]) -> tuple[int, str, str]:
         command = [self.path, *args]

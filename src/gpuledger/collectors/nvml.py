@@ -54,7 +54,7 @@ _NOTHING = GpuHealth()
 
 
 class _LostError(Exception):
-    """A card stopped answering in the middle of its read."""
+    """A card NVML lists and cannot reach: no handle for it, or "GPU is lost" mid-read."""
 
     def __init__(self, error: Any) -> None:
         super().__init__(str(error))
