@@ -435,3 +435,12 @@ def test_nvml_health_of_a_mig_instance_where_its_handle_answers(nvidia_world: Nv
     # nvidia-smi reports nothing per instance: unknown, not healthy
     by_smi = smi_read(nvidia_world, state)
     assert [i.health for i in by_smi.instances] == [None] * 5
+
+
+def test_a_driver_that_refuses_the_bus_id_still_reads_the_health(
+    nvidia_world: NvidiaWorld,
+) -> None:
+    (got,) = smi_read(nvidia_world, world(gpu(health=HEALTHY), health_refused=["bus"])).gpus
+    assert got.pci_bus_id is None
+    assert got.health is not None
+    assert got.health.pcie_width == 16
