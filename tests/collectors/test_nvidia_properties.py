@@ -25,9 +25,15 @@ from gpuledger.collectors.nvidia_mig import (
     parse_query_xml,
     place_on_instances,
 )
-from gpuledger.collectors.nvidia_smi_reader import parse_compute_apps, parse_csv, parse_gpus
+from gpuledger.collectors.nvidia_smi_reader import (
+    parse_compute_apps,
+    parse_csv,
+    parse_gpus,
+    parse_health,
+    split_lost,
+)
 from gpuledger.errors import SourceError
-from gpuledger.model import GpuProcess
+from gpuledger.model import GpuHealth, GpuProcess
 
 pytestmark = pytest.mark.fuzz
 
@@ -100,6 +106,66 @@ def test_what_nvidia_smi_writes_is_read_as_written(records: list[Any]) -> None:
     assert parse_compute_apps(text) == tuple(
         GpuProcess(uuid, pid, name, mem) for uuid, pid, name, mem in records
     )
+
+
+BUS_IDS = st.builds(
+    "{:0{}X}:{:02X}:{:02X}.0".format,
+    st.integers(0, 0xFFFF),
+    st.sampled_from([4, 8]),
+    st.integers(0, 255),
+    st.integers(0, 31),
+)
+LOST_LINES = st.builds(
+    lambda bus, why, space: f"Unable to determine the device handle for GPU{space}{bus}: {why}",
+    BUS_IDS,
+    st.sampled_from(["GPU is lost. Reboot the system to recover this GPU", "Unknown Error"]),
+    st.sampled_from(["", " "]),
+)
+
+
+@CASES
+@given(RECORDS, st.lists(st.tuples(st.integers(0, 8), LOST_LINES), max_size=4))
+def test_lost_lines_among_records_leave_the_records_as_written(
+    records: list[Any], inserted: list[tuple[int, str]]
+) -> None:
+    lines = [
+        f"{uuid}, {pid}, {name}, {'[N/A]' if mem is None else mem}"
+        for uuid, pid, name, mem in records
+    ]
+    for at, line in sorted(inserted, key=lambda pair: -pair[0]):
+        lines.insert(min(at, len(lines)), line)
+    text, lost = split_lost("".join(line + "\n" for line in lines))
+    assert parse_compute_apps(text) == tuple(
+        GpuProcess(uuid, pid, name, mem) for uuid, pid, name, mem in records
+    )
+    assert sorted(card.message for card in lost) == sorted(line for _, line in inserted)
+
+
+@CASES
+@given(TEXT)
+def test_split_lost_of_any_text_is_text_and_lost_cards(text: str) -> None:
+    kept, lost = split_lost(text)
+    assert all(card.message.startswith("Unable to determine") for card in lost)
+    assert len(kept) <= len(text)
+
+
+HEALTH_FIELDS = [
+    "ecc.errors.uncorrected.volatile.total",
+    "retired_pages.pending",
+    "remapped_rows.failure",
+    "pcie.link.gen.gpucurrent",
+    "pcie.link.width.max",
+    "clocks_event_reasons.hw_slowdown",
+    "clocks_throttle_reasons.hw_power_brake_slowdown",
+]
+
+
+@CASES
+@given(st.dictionaries(st.sampled_from(HEALTH_FIELDS), st.one_of(st.none(), TEXT)))
+def test_health_of_any_cells_is_health_or_nothing(row: dict[str, str | None]) -> None:
+    health = parse_health(row)
+    assert health is None or isinstance(health, GpuHealth)
+    assert health is None or health != GpuHealth()
 
 
 @CASES

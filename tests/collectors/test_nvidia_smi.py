@@ -21,7 +21,15 @@ from gpuledger.collectors.nvidia_smi_reader import (
     parse_gpus,
 )
 from gpuledger.errors import SourceError
-from gpuledger.model import Gpu, GpuProcess, GpuState, Ledger, LedgerGpu, NodeInfo
+from gpuledger.model import (
+    Gpu,
+    GpuHealth,
+    GpuProcess,
+    GpuState,
+    Ledger,
+    LedgerGpu,
+    NodeInfo,
+)
 from gpuledger.model.contract import ledger_doc
 from tests.fakes.nvidia_states import UUID_A, UUID_B, gpu, world
 from tests.paths import FIXTURES
@@ -62,9 +70,14 @@ def test_reads_every_fact_of_a_gpu_and_its_processes(nvidia_world: NvidiaWorld) 
             mig_enabled=False,
             driver_version="590.48.01",
             mig_pending=False,
+            pci_bus_id="00000000:83:00.0",
+            # A card that reports its clock-event reasons says its hardware ones too: neither
+            # active; the world gives no other health field ([N/A]).
+            health=GpuHealth(hw_slowdown=False, power_brake=False),
         ),
     )
     assert reading.processes == (GpuProcess(UUID_A, 4242, "python3", 1000),)
+    assert reading.lost == ()
 
 
 def test_not_reported_is_none_never_zero(nvidia_world: NvidiaWorld) -> None:
@@ -89,6 +102,8 @@ def test_not_reported_is_none_never_zero(nvidia_world: NvidiaWorld) -> None:
     assert got.thermal_slowdown is None
     assert got.encoder_sessions is None
     assert got.mig_enabled is None
+    # No health field read at all (no clock-event reasons either): no health, not an empty one.
+    assert got.health is None
     # [Not Found]: a PID of another namespace, kept with no name.
     assert reading.processes == (GpuProcess(UUID_A, 1758887, None, None),)
 
@@ -253,8 +268,8 @@ def test_open_backend_nvidia_smi_is_the_cli(nvidia_world: NvidiaWorld) -> None:
 
 # Read by hand from each <phase>-query-gpu.csv: name, utilization.gpu, memory.used,
 # memory.total, temperature.gpu, temperature.gpu.tlimit, hw/sw thermal slowdown (all
-# "Not Active" in every capture), encoder.stats.sessionCount, mig.mode.current, driver_version,
-# and the pci.bus_id is checked through nothing (the model has no field for it).
+# "Not Active" in every capture), encoder.stats.sessionCount, mig.mode.current, driver_version;
+# the health columns in CAPTURED_BUS, CAPTURED_PCIE and CAPTURED_COUNTERS.
 H100 = "NVIDIA H100 80GB HBM3"
 R2080 = "NVIDIA GeForce RTX 2080 SUPER"
 CAPTURED: dict[tuple[str, str], tuple[Any, ...]] = {
@@ -540,11 +555,94 @@ CAPTURED_APPS: dict[tuple[str, str], tuple[int, int | None, str | None, int | No
 }
 
 
+# Read by hand from each capture's pci.bus_id column (the same in both phases).
+CAPTURED_BUS = {
+    "linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05": "00000000:0C:00.0",
+    "linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04": "00000000:0C:00.0",
+    "linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05": "00000000:01:00.0",
+    "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01": "00000000:00:09.0",
+    "linux-x86_64__nvidia-h100-mig__590.48.01": "00000000:00:09.0",
+    "linux-x86_64__nvidia-h200-mig__590.48.01": "00000000:83:00.0",
+    "linux-x86_64__nvidia-h200__590.48.01": "00000000:83:00.0",
+    "linux-x86_64__nvidia-l40s__595.80": "00000000:01:00.0",
+    "windows-x86_64__nvidia-geforce-rtx-2080-super__591.86": "00000000:0C:00.0",
+    "windows-x86_64__nvidia-geforce-rtx-2080-super__610.62": "00000000:0C:00.0",
+}
+# pcie.link.gen.gpucurrent, pcie.link.gen.max, pcie.link.width.current, pcie.link.width.max by
+# hand; the GeForce cards idle at generation 1 of their 3 or 4 (the help text: "may be reduced
+# when the GPU is not in use"), every card at 16 of 16 lanes.
+_SAME = {"idle": (5, 5, 16, 16), "load": (5, 5, 16, 16)}
+CAPTURED_PCIE: dict[str, dict[str, tuple[int, int, int, int]]] = {
+    "linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05": {
+        "idle": (1, 3, 16, 16),
+        "load": (3, 3, 16, 16),
+    },
+    "linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04": {
+        "idle": (1, 3, 16, 16),
+        "load": (3, 3, 16, 16),
+    },
+    "linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05": {
+        "idle": (1, 4, 16, 16),
+        "load": (4, 4, 16, 16),
+    },
+    "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01": _SAME,
+    "linux-x86_64__nvidia-h100-mig__590.48.01": _SAME,
+    "linux-x86_64__nvidia-h200-mig__590.48.01": _SAME,
+    "linux-x86_64__nvidia-h200__590.48.01": _SAME,
+    "linux-x86_64__nvidia-l40s__595.80": {"idle": (4, 4, 16, 16), "load": (4, 4, 16, 16)},
+    "windows-x86_64__nvidia-geforce-rtx-2080-super__591.86": {
+        "idle": (3, 3, 16, 16),
+        "load": (3, 3, 16, 16),
+    },
+    "windows-x86_64__nvidia-geforce-rtx-2080-super__610.62": {
+        "idle": (3, 3, 16, 16),
+        "load": (3, 3, 16, 16),
+    },
+}
+# By hand, both phases alike: the three ECC totals and the four remapped-row cells. The data
+# centre cards print 0 and No; in MIG mode the remapped rows are [N/A] (row remapping is not
+# reported with MIG instances: fixtures/nvidia/health/README.md); GeForce cards print [N/A] for
+# all. retired_pages.* is [N/A] on every card (Ampere and later remap rows instead).
+_ECC_0 = {
+    "ecc_uncorrected_volatile": 0,
+    "ecc_uncorrected_aggregate": 0,
+    "ecc_corrected_volatile": 0,
+}
+_REMAP_0 = {
+    "remapped_rows_correctable": 0,
+    "remapped_rows_uncorrectable": 0,
+    "remapped_rows_pending": False,
+    "remapped_rows_failure": False,
+}
+CAPTURED_COUNTERS: dict[str, dict[str, Any]] = {
+    "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01": _ECC_0 | _REMAP_0,
+    "linux-x86_64__nvidia-h100-mig__590.48.01": _ECC_0,
+    "linux-x86_64__nvidia-h200-mig__590.48.01": _ECC_0,
+    "linux-x86_64__nvidia-h200__590.48.01": _ECC_0 | _REMAP_0,
+    "linux-x86_64__nvidia-l40s__595.80": _ECC_0 | _REMAP_0,
+}
+
+
+def captured_health(capture: str, phase: str) -> GpuHealth:
+    gen, gen_max, width, width_max = CAPTURED_PCIE[capture][phase]
+    return GpuHealth(
+        pcie_gen=gen,
+        pcie_gen_max=gen_max,
+        pcie_width=width,
+        pcie_width_max=width_max,
+        # clocks_event_reasons.hw_slowdown and .hw_power_brake_slowdown: "Not Active" in all.
+        hw_slowdown=False,
+        power_brake=False,
+        **CAPTURED_COUNTERS.get(capture, {}),
+    )
+
+
 def test_every_capture_is_covered() -> None:
     on_disk = {path.name for path in CAPTURES.iterdir() if path.is_dir()}
     assert on_disk, f"no captures under {CAPTURES}"
     assert {name for name, _ in CAPTURED} == on_disk
     assert set(CAPTURED_APPS) == set(CAPTURED)
+    assert set(CAPTURED_BUS) == set(CAPTURED_PCIE) == on_disk
 
 
 @pytest.mark.parametrize("capture", sorted({name for name, _ in CAPTURED}))
@@ -570,8 +668,11 @@ def test_replays_a_real_capture(nvidia_world: NvidiaWorld, capture: str) -> None
                 driver_version=driver,
                 # Each capture shows the same pending mode as its current one.
                 mig_pending=mig,
+                pci_bus_id=CAPTURED_BUS[capture],
+                health=captured_health(capture, phase),
             ),
         ), phase
+        assert reading.lost == ()
         count, pid, process, memory = CAPTURED_APPS[capture, phase]
         assert len(reading.processes) == count, phase
         if count:
@@ -600,15 +701,22 @@ LEGACY = NVIDIA / "legacy-nvidia_gpu_exporter-samples"
 # Read by hand from each sample's query-gpu row: driver, memory.used, memory.total,
 # utilization.gpu, temperature.gpu (thermal "Not Active" twice, sessionCount 0, MIG [N/A]).
 @pytest.mark.parametrize(
-    ("sample", "driver", "used", "total", "util", "temp"),
+    ("sample", "driver", "used", "total", "util", "temp", "pcie_gen"),
     [
-        ("output_ubuntu_20.04_v465.27.txt", "465.27", 344, 7979, 0, 32),
-        ("output_win10_v466.63.txt", "466.63", 856, 8192, 0, 35),
-        ("sample-output.csv", "471.11", 876, 8192, 2, 36),
+        ("output_ubuntu_20.04_v465.27.txt", "465.27", 344, 7979, 0, 32, 1),
+        ("output_win10_v466.63.txt", "466.63", 856, 8192, 0, 35, 1),
+        ("sample-output.csv", "471.11", 876, 8192, 2, 36, 3),
     ],
 )
 def test_replays_the_legacy_drivers(
-    nvidia_world: NvidiaWorld, sample: str, driver: str, used: int, total: int, util: int, temp: int
+    nvidia_world: NvidiaWorld,
+    sample: str,
+    driver: str,
+    used: int,
+    total: int,
+    util: int,
+    temp: int,
+    pcie_gen: int,
 ) -> None:
     nvidia_world.set({"capture": str(LEGACY / sample)})
     smi = NvidiaSmi(nvidia_world.nvidia_smi)
@@ -628,6 +736,19 @@ def test_replays_the_legacy_drivers(
                 encoder_sessions=0,
                 mig_enabled=None,
                 driver_version=driver,
+                pci_bus_id="00000000:0C:00.0",
+                # By hand from the row: pcie.link.gen.current (these drivers know no
+                # gpucurrent), .gen.max, .width.current, .width.max; both
+                # clocks_throttle_reasons.hw_* "Not Active"; ECC and retired pages [N/A]; no
+                # remapped_rows.* in their help text (the group is refused).
+                health=GpuHealth(
+                    pcie_gen=pcie_gen,
+                    pcie_gen_max=3,
+                    pcie_width=16,
+                    pcie_width_max=16,
+                    hw_slowdown=False,
+                    power_brake=False,
+                ),
             ),
         )
         assert reading.processes == ()

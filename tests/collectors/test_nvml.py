@@ -83,6 +83,37 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         driver_version="465.27",
         legacy_fields=True,
     ),
+    "failing card beside a healthy one": world(
+        gpu(
+            health={
+                "ecc_uncorrected_volatile": 2,
+                "ecc_uncorrected_aggregate": 9,
+                "ecc_corrected_volatile": 311,
+                "retired_pages_sbe": 2,
+                "retired_pages_dbe": 1,
+                "retired_pages_pending": True,
+                "remapped_rows_correctable": 0,
+                "remapped_rows_uncorrectable": 4,
+                "remapped_rows_pending": True,
+                "remapped_rows_failure": False,
+                "pcie_gen": 4,
+                "pcie_gen_max": 5,
+                "pcie_width": 8,
+                "pcie_width_max": 16,
+                "hw_slowdown": True,
+                "power_brake": False,
+            }
+        ),
+        gpu(1, UUID_B, health={"ecc_uncorrected_volatile": 0, "pcie_width": 16}),
+    ),
+    "geforce without ecc or a row remapper": world(
+        gpu(
+            **GEFORCE,
+            health={"pcie_gen": 1, "pcie_gen_max": 4, "pcie_width": 16, "pcie_width_max": 16},
+            health_unsupported=["ecc_uncorrected_volatile", "ecc_corrected_volatile"],
+        ),
+        health_refused=["remap"],
+    ),
     "two gpus, other namespace, exited pid, commas": world(
         gpu(),
         gpu(1, UUID_B),
@@ -182,12 +213,21 @@ def test_old_driver_functions_are_given_up_once() -> None:
     assert fake.calls.count("nvmlDeviceGetCurrentClocksThrottleReasons") == 2
 
 
-def test_lost_gpu_is_named() -> None:
+def test_lost_gpu_is_named_and_the_others_are_read() -> None:
     state = world(gpu(), gpu(1, UUID_B, lost=True))
+    reading = Nvml(FakePynvml(state)).read()
+    assert [g.uuid for g in reading.gpus] == [UUID_A]
+    (lost,) = reading.lost
+    assert lost.index == 1
+    assert lost.message == "GPU is lost"
+
+
+def test_every_gpu_lost_is_a_failed_read_named_as_before() -> None:
+    state = world(gpu(lost=True))
     with pytest.raises(SourceError) as caught:
         Nvml(FakePynvml(state)).read()
     assert caught.value.source == "gpu"
-    assert "GPU 1" in caught.value.message
+    assert "GPU 0" in caught.value.message
     assert "lost" in caught.value.message
     assert caught.value.hint is not None
     assert "nvidia-smi" in caught.value.hint

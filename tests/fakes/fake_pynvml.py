@@ -13,6 +13,21 @@ own UUID, name (``<card> MIG <profile>``), ids and memory (NoPermission with
 ``memory_refused``), and lists the processes whose ``gpu_instance``/``compute_instance`` are
 its ids; the card's handle lists them all with their ids (NoPermission with
 ``aggregate_refused``, as for a caller without privileges).
+
+Health (issue 25), from the same GPU keys the fake nvidia-smi prints: ``health`` {a
+``GpuHealth`` field name: value}, where a field left out (or ``None``) answers NotSupported, and
+``health_unsupported`` [field names] does too. ECC counters come from
+``nvmlDeviceGetTotalEccErrors``, retired pages as a list of as many addresses as
+``retired_pages_sbe``/``_dbe`` count, the four remapped-row figures from one
+``nvmlDeviceGetRemappedRows`` (NotSupported unless all four are given), the PCIe link from the
+four ``…PcieLink…`` calls, and ``hw_slowdown``/``power_brake`` as bits of the clock-event mask
+(clear by default); a MIG device's ``health`` {ecc_uncorrected_volatile} is what its own handle
+answers (NotSupported without it). The driver-level ``health_refused`` [ecc, retired, remap,
+pcie] makes those calls FunctionNotFound (``hw_reasons`` and ``bus`` are nvidia-smi's alone:
+NVML has one mask and always the bus id), ``nvml_missing`` [names] removes functions from the module
+(an nvidia-ml-py older than the call: AttributeError), and ``nvml_no_permission`` [names] makes
+those calls NoPermission. A GPU with ``lost`` answers GpuIsLost for its handle; one with
+``lost_after: NAME`` is lost from that call on (it fell off the bus in the middle of a read).
 """
 
 from __future__ import annotations
@@ -65,12 +80,35 @@ class FakePynvml(ModuleType):
                 setattr(self, name, getattr(pynvml, name))
         self.NVMLLibraryMismatchError = pynvml.NVMLLibraryMismatchError
 
+    def __getattribute__(self, name: str) -> Any:
+        # An nvidia-ml-py older than a call has no such function at all.
+        if name.startswith("nvml") and name in (
+            ModuleType.__getattribute__(self, "state").get("nvml_missing") or ()
+        ):
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        return ModuleType.__getattribute__(self, name)
+
     # ----------------------------------------------------------------- helpers
 
-    def _enter(self, name: str) -> None:
+    def _enter(self, name: str, handle: Any = None) -> None:
         self.calls.append(name)
         if not self.initialised:
             raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+        if name in self.state.get("nvml_no_permission", ()):
+            raise _error(pynvml.NVML_ERROR_NO_PERMISSION)
+        if handle is not None:
+            gpu = handle.gpu
+            if gpu.get("lost_after") == name:
+                gpu["lost"] = True
+            if gpu.get("lost"):
+                raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    def _health_value(self, handle: _Handle, group: str, key: str) -> Any:
+        if group in self.state.get("health_refused", ()):
+            raise _error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        if key in handle.gpu.get("health_unsupported", ()):
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self._value(handle.gpu.get("health") or {}, key)
 
     def _legacy(self) -> None:
         if self.state.get("legacy_fields"):
@@ -129,7 +167,7 @@ class FakePynvml(ModuleType):
 
     def nvmlDeviceGetUUID(self, handle: _Handle | _MigHandle) -> str:  # noqa: N802
         """The GPU's or the MIG device's UUID (str, as pynvml decodes it)."""
-        self._enter("nvmlDeviceGetUUID")
+        self._enter("nvmlDeviceGetUUID", handle)
         if isinstance(handle, _MigHandle):
             return str(handle.device["uuid"])
         return str(handle.gpu["uuid"])
@@ -143,7 +181,7 @@ class FakePynvml(ModuleType):
 
     def nvmlDeviceGetPciInfo(self, handle: _Handle) -> SimpleNamespace:  # noqa: N802
         """PCI info whose bus ids are bytes, as the ctypes char arrays come back."""
-        self._enter("nvmlDeviceGetPciInfo")
+        self._enter("nvmlDeviceGetPciInfo", handle)
         bus = str(handle.gpu.get("pci_bus_id", "00000000:00:00.0"))
         return SimpleNamespace(busId=bus.encode(), busIdLegacy=bus[-12:].encode())
 
@@ -204,17 +242,107 @@ class FakePynvml(ModuleType):
             mask |= pynvml.nvmlClocksEventReasonHwThermalSlowdown
         if sw:
             mask |= pynvml.nvmlClocksEventReasonSwThermalSlowdown
+        health = handle.gpu.get("health") or {}
+        if health.get("hw_slowdown"):
+            mask |= pynvml.nvmlClocksEventReasonHwSlowdown
+        if health.get("power_brake"):
+            mask |= pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
         return int(mask)
+
+    # ----------------------------------------------------------------- health
+
+    def nvmlDeviceGetTotalEccErrors(  # noqa: N802
+        self, handle: _Handle | _MigHandle, error_type: int, counter_type: int
+    ) -> int:
+        """An ECC counter: uncorrected volatile or aggregate, corrected volatile. A MIG handle
+        answers its uncorrected volatile count only (its device's ``health``), else
+        NotSupported."""
+        self._enter("nvmlDeviceGetTotalEccErrors", handle)
+        if isinstance(handle, _MigHandle):
+            if "ecc" in self.state.get("health_refused", ()):
+                raise _error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            if (error_type, counter_type) != (
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            ):
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            health = handle.device.get("health") or {}
+            return int(self._value(health, "ecc_uncorrected_volatile"))
+        keys = {
+            (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC): (
+                "ecc_uncorrected_volatile"
+            ),
+            (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC): (
+                "ecc_uncorrected_aggregate"
+            ),
+            (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC): (
+                "ecc_corrected_volatile"
+            ),
+        }
+        key = keys.get((error_type, counter_type))
+        if key is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(self._health_value(handle, "ecc", key))
+
+    def nvmlDeviceGetRetiredPages(self, handle: _Handle, cause: int) -> list[int]:  # noqa: N802
+        """The addresses of the pages retired for ``cause`` (as many as the world counts)."""
+        self._enter("nvmlDeviceGetRetiredPages", handle)
+        key = {
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: "retired_pages_sbe",
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: "retired_pages_dbe",
+        }.get(cause)
+        if key is None:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        count = int(self._health_value(handle, "retired", key))
+        return [0x1000 * (n + 1) for n in range(count)]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: _Handle) -> int:  # noqa: N802
+        """``NVML_FEATURE_ENABLED`` while a page waits for the next reset."""
+        self._enter("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        pending = self._health_value(handle, "retired", "retired_pages_pending")
+        return pynvml.NVML_FEATURE_ENABLED if pending else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:  # noqa: N802
+        """(correctable, uncorrectable, pending 0/1, failure 0/1): all four, or NotSupported."""
+        self._enter("nvmlDeviceGetRemappedRows", handle)
+        keys = (
+            "remapped_rows_correctable",
+            "remapped_rows_uncorrectable",
+            "remapped_rows_pending",
+            "remapped_rows_failure",
+        )
+        corr, unc, pending, failure = (self._health_value(handle, "remap", k) for k in keys)
+        return int(corr), int(unc), int(bool(pending)), int(bool(failure))
+
+    def _pcie(self, handle: _Handle, name: str, key: str) -> int:
+        self._enter(name, handle)
+        return int(self._health_value(handle, "pcie", key))
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: _Handle) -> int:  # noqa: N802
+        """The link's generation now."""
+        return self._pcie(handle, "nvmlDeviceGetCurrPcieLinkGeneration", "pcie_gen")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: _Handle) -> int:  # noqa: N802
+        """The highest generation the card and the host allow."""
+        return self._pcie(handle, "nvmlDeviceGetMaxPcieLinkGeneration", "pcie_gen_max")
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: _Handle) -> int:  # noqa: N802
+        """The lanes now."""
+        return self._pcie(handle, "nvmlDeviceGetCurrPcieLinkWidth", "pcie_width")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: _Handle) -> int:  # noqa: N802
+        """The lanes the card and the host allow."""
+        return self._pcie(handle, "nvmlDeviceGetMaxPcieLinkWidth", "pcie_width_max")
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:  # noqa: N802
         """The event-reason bitmask (driver 535 and later)."""
-        self._enter("nvmlDeviceGetCurrentClocksEventReasons")
+        self._enter("nvmlDeviceGetCurrentClocksEventReasons", handle)
         self._legacy()
         return self._reasons(handle)
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: _Handle) -> int:  # noqa: N802
         """The same bitmask under its pre-535 name."""
-        self._enter("nvmlDeviceGetCurrentClocksThrottleReasons")
+        self._enter("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
         return self._reasons(handle)
 
     def nvmlDeviceGetEncoderStats(self, handle: _Handle) -> tuple[int, int, int]:  # noqa: N802

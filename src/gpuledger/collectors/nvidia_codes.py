@@ -8,12 +8,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 # NVML return codes (nvml.h), which nvidia-smi also uses as exit statuses.
+NOT_SUPPORTED = 3
 NO_PERMISSION = 4
+NOT_FOUND = 6
 DRIVER_NOT_LOADED = 9
+IRQ_ISSUE = 11
 LIBRARY_NOT_FOUND = 12
 FUNCTION_NOT_FOUND = 13
 GPU_IS_LOST = 15
 VERSION_MISMATCH = 18
+DEPRECATED = 26
+UNKNOWN = 999
 DRIVER_PROBLEMS: Mapping[int, tuple[str, str]] = {
     NO_PERMISSION: (
         "no permission to use the GPU devices",

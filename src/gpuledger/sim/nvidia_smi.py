@@ -10,7 +10,9 @@ collector it fakes::
                "memory_used": 40000, "memory_total": 143771, "memory_reserved": 0,
                "temperature": 54, "tlimit": 30, "hw_thermal_slowdown": false,
                "sw_thermal_slowdown": false, "encoder_sessions": 0, "mig": false,
-               "pci_bus_id": "00000000:83:00.0", "lost": false}],
+               "pci_bus_id": "00000000:83:00.0", "lost": false,
+               "health": {"ecc_uncorrected_volatile": 0, "remapped_rows_pending": false,
+                          "pcie_width": 16, "pcie_width_max": 16}}],
      "processes": [{"gpu": "GPU-…", "pid": 4242, "name": "python3", "used_memory": 1000,
                     "vanishes": false}]}
 
@@ -21,9 +23,20 @@ it (``Device N`` by position) and ``-q -x`` shows as ``<mig_device>``; a process
 ids ``gpu_instance`` and ``compute_instance`` (0 when left out) in ``-q -x``, which leaves out
 one with ``xml_hidden``. ``mig_relayout`` lists the devices in reverse at every second ``-L``
 (the layout changed between two calls); ``xml_fault: garbage`` breaks ``-q -x``.
-``legacy_fields`` plays a driver before 535: no ``temperature.gpu.tlimit``, only
-the ``clocks_throttle_reasons.*`` names, and ``memory.used`` that includes the reserved memory;
-``unknown_fields`` lists ``--query-gpu`` fields the driver refuses (``mig.mode.*`` before R450).
+``legacy_fields`` plays a driver before 535 (the 465.27 capture): no ``temperature.gpu.tlimit``,
+only the ``clocks_throttle_reasons.*`` names, no ``remapped_rows.*``, ``pcie.link.gen.current``
+but no ``…gpucurrent``, and ``memory.used`` that includes the reserved memory;
+``unknown_fields`` lists ``--query-gpu`` fields the driver refuses (``mig.mode.*`` before R450),
+``health_refused`` whole groups of them (``ecc``, ``retired``, ``remap``, ``pcie``,
+``hw_reasons``, ``bus``), each refused as the real tool refuses a field: exit 2.
+
+Health (issue 25): a GPU's ``health`` maps ``GpuHealth`` field names to values (counts, and
+true/false printed ``Yes``/``No``, or ``Active``/``Not Active`` for ``hw_slowdown`` and
+``power_brake``, which default to ``Not Active`` where the card reports its thermal reasons); a
+field left out prints ``[N/A]``, one named in ``health_unsupported`` ``[Not Supported]``. A GPU
+with ``lost: true`` prints, in place of its row (and of its processes, and of its ``-L`` line),
+``Unable to determine the device handle for GPU 0000:84:00.0: GPU is lost. Reboot the system to
+recover this GPU``, and the call exits 15; ``-q -x`` leaves it out.
 A process that ``vanishes`` has exited before this call; one with ``listed_calls: N`` is listed by
 the first N process queries (counted in ``.compute-apps-calls`` beside the state file), then has
 exited. ``fault`` is one of ``no-driver``
@@ -119,7 +132,94 @@ _GPU_COLUMNS: dict[str, tuple[str, Getter]] = {
         lambda g, s: word(g.get("mig_pending", g.get("mig")), "Enabled", "Disabled"),
     ),
 }
-_GPU_ALIASES = {"gpu_uuid": "uuid", "gpu_name": "name", "gpu_bus_id": "pci.bus_id"}
+
+
+def _known_reasons(gpu: dict[str, Any]) -> bool:
+    """Whether the card reports its clock-event reasons at all (one bitmask in NVML): the
+    thermal ones of the world say so, and the hardware ones are then known too."""
+    return gpu.get("hw_thermal_slowdown") is not None and gpu.get("sw_thermal_slowdown") is not None
+
+
+def _health(key: str, kind: str = "count") -> Getter:
+    """The cell of one ``GpuHealth`` field of a GPU's ``health``: ``[N/A]`` when left out,
+    ``[Not Supported]`` when named in ``health_unsupported``, ``Yes``/``No`` for a flag,
+    ``Active``/``Not Active`` for a clock-event reason (``Not Active`` by default where the
+    card reports its reasons)."""
+
+    def cell(g: dict[str, Any], s: dict[str, Any]) -> Any:
+        if key in g.get("health_unsupported", ()):
+            return "[Not Supported]"
+        health = g.get("health") or {}
+        value = health.get(key)
+        if kind == "reason":
+            if key not in health and _known_reasons(g):
+                value = False
+            return word(value, "Active", "Not Active")
+        if kind == "flag":
+            return word(value, "Yes", "No")
+        return value
+
+    return cell
+
+
+# --help-query-gpu of 590.48.01 (captures-nvidia_gpu_exporter/*/help-query-gpu.txt).
+_HEALTH_COLUMNS: dict[str, tuple[str, Getter]] = {
+    "ecc.errors.uncorrected.volatile.total": ("", _health("ecc_uncorrected_volatile")),
+    "ecc.errors.uncorrected.aggregate.total": ("", _health("ecc_uncorrected_aggregate")),
+    "ecc.errors.corrected.volatile.total": ("", _health("ecc_corrected_volatile")),
+    "retired_pages.single_bit_ecc.count": ("", _health("retired_pages_sbe")),
+    "retired_pages.double_bit.count": ("", _health("retired_pages_dbe")),
+    "retired_pages.pending": ("", _health("retired_pages_pending", "flag")),
+    "remapped_rows.correctable": ("", _health("remapped_rows_correctable")),
+    "remapped_rows.uncorrectable": ("", _health("remapped_rows_uncorrectable")),
+    "remapped_rows.pending": ("", _health("remapped_rows_pending", "flag")),
+    "remapped_rows.failure": ("", _health("remapped_rows_failure", "flag")),
+    "pcie.link.gen.current": ("", _health("pcie_gen")),
+    "pcie.link.gen.gpucurrent": ("", _health("pcie_gen")),
+    "pcie.link.gen.max": ("", _health("pcie_gen_max")),
+    "pcie.link.width.current": ("", _health("pcie_width")),
+    "pcie.link.width.max": ("", _health("pcie_width_max")),
+    "clocks_event_reasons.hw_slowdown": ("", _health("hw_slowdown", "reason")),
+    "clocks_event_reasons.hw_power_brake_slowdown": ("", _health("power_brake", "reason")),
+}
+_GPU_COLUMNS.update(_HEALTH_COLUMNS)
+_GPU_ALIASES = {
+    "gpu_uuid": "uuid",
+    "gpu_name": "name",
+    "gpu_bus_id": "pci.bus_id",
+    "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
+    "retired_pages.dbe": "retired_pages.double_bit.count",
+    "remapped_rows.sbe": "remapped_rows.correctable",
+    "remapped_rows.dbe": "remapped_rows.uncorrectable",
+}
+# What a driver before 535 refuses besides the event names (the 465.27 capture's help text).
+_LEGACY_REFUSED = ("pcie.link.gen.gpucurrent", "remapped_rows.")
+# ``health_refused`` groups → the fields (by prefix) a driver that lacks the group refuses.
+_HEALTH_GROUPS = {
+    "ecc": ("ecc.errors.",),
+    "retired": ("retired_pages.",),
+    "remap": ("remapped_rows.",),
+    "pcie": ("pcie.link.",),
+    "hw_reasons": (
+        "clocks_event_reasons.hw_slowdown",
+        "clocks_event_reasons.hw_power_brake_slowdown",
+        "clocks_throttle_reasons.hw_slowdown",
+        "clocks_throttle_reasons.hw_power_brake_slowdown",
+    ),
+    "bus": ("pci.bus_id", "gpu_bus_id"),
+}
+
+
+def _refused(name: str, state: dict[str, Any]) -> bool:
+    """Whether the synthetic driver knows no field ``name`` (``unknown_fields``,
+    ``health_refused``, or a legacy driver's missing names)."""
+    if name in state.get("unknown_fields", ()):
+        return True
+    prefixes = [p for group in state.get("health_refused", ()) for p in _HEALTH_GROUPS[group]]
+    if state.get("legacy_fields"):
+        prefixes += _LEGACY_REFUSED
+    return any(name.startswith(prefix) for prefix in prefixes)
+
 
 _APP_COLUMNS: dict[str, tuple[str, Getter]] = {
     "gpu_uuid": ("", lambda p, g: g["uuid"]),
@@ -137,9 +237,10 @@ def _invalid(name: str) -> _ExitError:
     return _ExitError(2, f'Field "{name}" is not a valid field to query.\n\n')
 
 
-def _resolve_gpu_field(name: str, legacy: bool, unknown: Sequence[str]) -> tuple[str, str]:
+def _resolve_gpu_field(name: str, state: dict[str, Any]) -> tuple[str, str]:
     """(header shown, canonical key) for a --query-gpu field of the synthetic driver."""
-    if name in unknown:
+    legacy = bool(state.get("legacy_fields"))
+    if _refused(name, state):
         raise _invalid(name)
     if name.startswith("clocks_throttle_reasons."):
         key = "clocks_event_reasons." + name.removeprefix("clocks_throttle_reasons.")
@@ -181,9 +282,7 @@ def _parse_format(text: str | None) -> _Format:
 
 
 def _query_gpu(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> str:
-    legacy = bool(state.get("legacy_fields"))
-    unknown = state.get("unknown_fields", [])
-    resolved = [_resolve_gpu_field(name, legacy, unknown) for name in names]
+    resolved = [_resolve_gpu_field(name, state) for name in names]
     headers = []
     for shown, key in resolved:
         unit = _GPU_COLUMNS[key][0]
@@ -194,9 +293,28 @@ def _query_gpu(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> str
             _render(_GPU_COLUMNS[key][1](gpu, state), _GPU_COLUMNS[key][0], fmt.units)
             for _, key in resolved
         ]
+        if not gpu.get("lost")
+        else [_lost_line(gpu)]
         for gpu in state["gpus"]
     ]
-    return _table(headers, rows, fmt.header)
+    return _lost_exit(state, _table(headers, rows, fmt.header))
+
+
+def _lost_line(gpu: dict[str, Any]) -> str:
+    """What nvidia-smi prints in place of a lost GPU's row (the OWOD #81 capture: the bus id
+    with a 4-digit domain, one line)."""
+    bus = str(gpu.get("pci_bus_id") or "00000000:00:00.0")[-12:]
+    return (
+        f"Unable to determine the device handle for GPU {bus}: GPU is lost. "
+        "Reboot the system to recover this GPU"
+    )
+
+
+def _lost_exit(state: dict[str, Any], out: str) -> str:
+    """``out``, or exit 15 ("GPU is lost", nvidia-smi's man page) with it when a GPU is lost."""
+    if any(g.get("lost") for g in state["gpus"]):
+        raise _ExitError(15, out)
+    return out
 
 
 def _query_apps(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> str:
@@ -210,6 +328,9 @@ def _query_apps(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> st
     rows = []
     # One GPU after the other, as the driver lists them.
     for gpu in state["gpus"]:
+        if gpu.get("lost"):
+            rows.append([_lost_line(gpu)])
+            continue
         for proc in state.get("processes", []):
             if proc["gpu"] != gpu["uuid"] or proc.get("vanishes"):
                 continue
@@ -219,12 +340,15 @@ def _query_apps(state: dict[str, Any], names: Sequence[str], fmt: _Format) -> st
                     for k in keys
                 ]
             )
-    return _table(headers, rows, fmt.header)
+    return _lost_exit(state, _table(headers, rows, fmt.header))
 
 
 def _list_gpus(state: dict[str, Any], call: int = 1) -> str:
     lines = []
     for g in state["gpus"]:
+        if g.get("lost"):
+            lines.append(_lost_line(g))
+            continue
         lines.append(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
         devices = mig_devices(g)
         if state.get("mig_relayout") and call % 2 == 0:
@@ -235,7 +359,7 @@ def _list_gpus(state: dict[str, Any], call: int = 1) -> str:
             f"  MIG {d['profile']:<11} Device {i:>2}: (UUID: {d['uuid']})"
             for i, d in enumerate(devices)
         ]
-    return "".join(line + "\n" for line in lines)
+    return _lost_exit(state, "".join(line + "\n" for line in lines))
 
 
 # --------------------------------------------------------------------------- captures

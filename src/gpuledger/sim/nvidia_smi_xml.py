@@ -60,7 +60,8 @@ def _mib(value: Any) -> str | None:
 def query_xml(state: dict[str, Any]) -> str:
     """``-q -x`` of the synthetic world: the elements gpuledger reads, where DTD v12 has them
     (``<mig_devices>`` as in a100-sxm4-v12.xml, ``<process_info>`` as in rtx-3080-v12.xml)."""
-    gpus: Xml = [_gpu(g, state) for g in state["gpus"]]
+    # A lost GPU has no element: the driver cannot reach it to describe it.
+    gpus: Xml = [_gpu(g, state) for g in state["gpus"] if not g.get("lost")]
     head: Xml = [("driver_version", state.get("driver_version")), ("attached_gpus", len(gpus))]
     return _document(head + gpus)
 
