@@ -30,7 +30,8 @@ device plugin fingerprints every GPU (on a card in MIG mode, its ``mig_devices``
 HealthDescription>``. ``xids`` [{gpu: uuid, xid, ago: seconds, detail}] are the driver's Xid
 lines in the kernel log the world writes (``kmsg``, in ``/dev/kmsg``'s record format, dated by
 the ``btime`` of the fake ``<proc-root>/stat``); ``kernel_log: unreadable`` makes it a file
-nobody may read.
+nobody may read; ``nvidia_health_refused`` [ecc, retired, remap, pcie, hw_reasons, bus] plays a
+driver that refuses those field groups.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ class World:
         state = {
             "driver_version": s.get("driver_version", "590.48.01"),
             "legacy_fields": s.get("legacy_fields", False),
+            "health_refused": s.get("nvidia_health_refused", []),
             "fault": s.get("nvidia_fault"),
             "xml_fault": s.get("nvidia_xml_fault"),
             "mig_relayout": s.get("mig_relayout", False),
