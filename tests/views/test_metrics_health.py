@@ -16,7 +16,8 @@ from prometheus_client.registry import CollectorRegistry
 from gpuledger.model import GpuHealth
 from gpuledger.model.history_record import History
 from gpuledger.model.snapshots import Snapshot
-from gpuledger.views.metrics import SnapshotCollector, render, xid_counts
+from gpuledger.views.health_metrics import xid_counts
+from gpuledger.views.metrics import SnapshotCollector, render
 from tests.views.health_ledger import (
     AT,
     DARK,

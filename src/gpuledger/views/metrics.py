@@ -6,10 +6,7 @@ label is ``nomad_job``, never ``job`` (Prometheus owns that one). The watch on N
 allocations is read live at each scrape, not from the snapshot (``watch_families``): its index,
 the age of its view, its restarts, and the requests and bytes gpuledger cost Nomad.
 
-Health (``health_families``): each fault reading the driver gave (ECC counts, retired pages,
-remapped rows, the PCIe link), the Xids of the ledger's window, gpuledger's verdict
-(``gpuledger_gpu_healthy``) and Nomad's (``gpuledger_nomad_device_healthy``). What the driver or
-Nomad did not say has no sample: an unknown is never a 0 that reads as healthy.
+Health: ``views/health_metrics.py``.
 """
 
 from __future__ import annotations
@@ -29,18 +26,9 @@ __all__ = ["SnapshotCollector", "choose_encoder", "render"]
 from prometheus_client.registry import CollectorRegistry
 
 from gpuledger import __version__
-from gpuledger.collectors.kernel_log import pci_key
-from gpuledger.model import (
-    Code,
-    Finding,
-    GpuHealth,
-    GpuState,
-    Ledger,
-    LedgerGpu,
-    LedgerUnit,
-    Level,
-)
+from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, LedgerUnit, Level
 from gpuledger.model.snapshots import Snapshot
+from gpuledger.views.health_metrics import health_families
 
 if TYPE_CHECKING:
     from gpuledger.controller.nomad_watch import WatchStats
@@ -427,186 +415,3 @@ def _finding_open_family(ledger: Ledger) -> GaugeMetricFamily:
     for labels in sorted(open_):
         finding_open.add_metric(list(labels), 1)
     return finding_open
-
-
-# --------------------------------------------------------------------------- health (issue 25)
-
-ECC_TYPES: tuple[tuple[str, Callable[[GpuHealth], int | None]], ...] = (
-    ("uncorrected_volatile", lambda h: h.ecc_uncorrected_volatile),
-    ("uncorrected_aggregate", lambda h: h.ecc_uncorrected_aggregate),
-    ("corrected_volatile", lambda h: h.ecc_corrected_volatile),
-)
-"""The ``type`` label of ``gpuledger_gpu_ecc_errors_total`` and how each is read."""
-
-
-def _flag(value: bool | None) -> float | None:
-    return None if value is None else float(value)
-
-
-def _health_gauges() -> dict[str, tuple[GaugeMetricFamily, list[tuple[str, Any]]]]:
-    """The card's fault readings other than the ECC counters: a fresh family each, and per
-    label value (``""`` for a family without a second label) how to read it."""
-    return {
-        "retired": (
-            _gauge(
-                "gpuledger_gpu_retired_pages",
-                "Memory pages the driver retired, by cause: sbe (single-bit), dbe (double-bit).",
-                ["uuid", "cause"],
-            ),
-            [("sbe", lambda h: h.retired_pages_sbe), ("dbe", lambda h: h.retired_pages_dbe)],
-        ),
-        "retired_pending": (
-            _gauge(
-                "gpuledger_gpu_retired_pages_pending",
-                "1 while a page waits to be retired at the GPU's next reset.",
-                ["uuid"],
-            ),
-            [("", lambda h: _flag(h.retired_pages_pending))],
-        ),
-        "remapped": (
-            _gauge(
-                "gpuledger_gpu_remapped_rows",
-                "Memory rows the GPU remapped, by the kind of error that made it.",
-                ["uuid", "kind"],
-            ),
-            [
-                ("correctable", lambda h: h.remapped_rows_correctable),
-                ("uncorrectable", lambda h: h.remapped_rows_uncorrectable),
-            ],
-        ),
-        "remap_pending": (
-            _gauge(
-                "gpuledger_gpu_remapped_rows_pending",
-                "1 while a row remap waits for the GPU's next reset.",
-                ["uuid"],
-            ),
-            [("", lambda h: _flag(h.remapped_rows_pending))],
-        ),
-        "remap_failure": (
-            _gauge(
-                "gpuledger_gpu_remapped_rows_failure",
-                "1 when a row remap failed: the GPU needs service.",
-                ["uuid"],
-            ),
-            [("", lambda h: _flag(h.remapped_rows_failure))],
-        ),
-        "width": (
-            _gauge(
-                "gpuledger_gpu_pcie_link_width",
-                "PCIe lanes of the GPU's link: current, and the max the card and host allow.",
-                ["uuid", "which"],
-            ),
-            [("current", lambda h: h.pcie_width), ("max", lambda h: h.pcie_width_max)],
-        ),
-        "gen": (
-            _gauge(
-                "gpuledger_gpu_pcie_link_gen",
-                "PCIe generation of the GPU's link: current, and the max the card and host allow.",
-                ["uuid", "which"],
-            ),
-            [("current", lambda h: h.pcie_gen), ("max", lambda h: h.pcie_gen_max)],
-        ),
-    }
-
-
-def gpu_key(uuid: str | None, pci_bus_id: str | None) -> str:
-    """The ``uuid`` label of a GPU's health series: its UUID, else ``PCI:<bus id>`` (a lost GPU
-    whose UUID was never read, an Xid on a bus id no GPU has), as the gpu-unhealthy finding
-    names it."""
-    return uuid or f"PCI:{pci_bus_id or ''}"
-
-
-def xid_counts(ledger: Ledger) -> dict[tuple[str, str], int]:
-    """(GPU label, Xid) to how many of the ledger's Xid events name it. An event is matched by
-    ``pci_key`` to a listed GPU, else to a lost one, else keeps its own bus id."""
-    by_pci: dict[str, str] = {}
-    for lost in ledger.lost:
-        key = pci_key(lost.pci_bus_id or "")
-        if key is not None:
-            by_pci[key] = gpu_key(lost.uuid, lost.pci_bus_id)
-    for lgpu in ledger.gpus:
-        key = pci_key(lgpu.gpu.pci_bus_id or "")
-        if key is not None:
-            by_pci[key] = lgpu.gpu.uuid
-    counts: dict[tuple[str, str], int] = {}
-    for event in ledger.xids:
-        key = pci_key(event.pci) or event.pci
-        label = (by_pci.get(key) or f"PCI:{key}", str(event.xid))
-        counts[label] = counts.get(label, 0) + 1
-    return counts
-
-
-def health_families(ledger: Ledger) -> Iterator[Metric]:
-    """The driver's word on each card's faults, the Xids it logged, gpuledger's verdict on each
-    card and Nomad's on each device. A field the driver did not report has no sample: unknown
-    is never exported as 0 (healthy) or 1."""
-    ecc = CounterMetricFamily(
-        "gpuledger_gpu_ecc_errors",
-        "ECC errors the GPU counted, by type: uncorrected_volatile (since the driver loaded), "
-        "uncorrected_aggregate (over the card's life), corrected_volatile.",
-        labels=["uuid", "type"],
-    )
-    gauges = _health_gauges()
-    for lgpu in ledger.gpus:
-        health = lgpu.gpu.health
-        if health is None:
-            continue
-        uuid = lgpu.gpu.uuid
-        for kind, read in ECC_TYPES:
-            count = read(health)
-            if count is not None:
-                ecc.add_metric([uuid, kind], float(count))
-        for family, reads in gauges.values():
-            for label, read_one in reads:
-                value = read_one(health)
-                if value is not None:
-                    family.add_metric([uuid, label] if label else [uuid], float(value))
-    yield ecc
-    for family, _ in gauges.values():
-        yield family
-    xids = CounterMetricFamily(
-        "gpuledger_gpu_xid_errors",
-        "Xid errors the driver logged for the GPU, by Xid, of those the ledger holds (the "
-        "policy's xid_window): an event that leaves the window is no longer counted.",
-        labels=["uuid", "xid"],
-    )
-    for (uuid, xid), count in sorted(xid_counts(ledger).items()):
-        xids.add_metric([uuid, xid], float(count))
-    yield xids
-    yield _healthy_family(ledger)
-    yield _nomad_device_family(ledger)
-
-
-def _healthy_family(ledger: Ledger) -> GaugeMetricFamily:
-    """0 for a GPU with a gpu-unhealthy finding (a lost one too), 1 for one whose health was
-    read and has none; no sample where nothing of its health was read."""
-    healthy = _gauge(
-        "gpuledger_gpu_healthy",
-        "0 while a gpu-unhealthy finding is open on the GPU, 1 when its health was read and "
-        "shows no fault (absent when unknown).",
-        ["uuid"],
-    )
-    values = {lgpu.gpu.uuid: 1.0 for lgpu in ledger.gpus if lgpu.gpu.health is not None}
-    for f in ledger.findings:
-        if f.code is Code.GPU_UNHEALTHY and f.gpu:
-            values[f.gpu] = 0.0
-    for uuid, value in sorted(values.items()):
-        healthy.add_metric([uuid], value)
-    return healthy
-
-
-def _nomad_device_family(ledger: Ledger) -> GaugeMetricFamily:
-    """Nomad's word on each device it fingerprinted (``Healthy``), none where it gave none."""
-    family = _gauge(
-        "gpuledger_nomad_device_healthy",
-        "1 when Nomad lists the device (GPU or MIG instance) healthy, 0 when unhealthy; "
-        "absent when Nomad gave no word.",
-        ["uuid"],
-    )
-    seen: set[str] = set()
-    for device in ledger.devices or ():
-        if device.healthy is None or device.id in seen:
-            continue
-        seen.add(device.id)
-        family.add_metric([device.id], float(device.healthy))
-    return family

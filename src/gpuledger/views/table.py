@@ -11,6 +11,7 @@ from gpuledger.model import (
     Ledger,
     LedgerGpu,
     LedgerInstance,
+    LostGpu,
     SourceName,
     SourceStatus,
     Tenant,
@@ -136,6 +137,12 @@ def no_gpu_reason(gpu: SourceStatus | None) -> str:
     return "the driver lists no GPU"
 
 
+def lost_key(lost: LostGpu) -> str:
+    """How a lost GPU is named where a GPU's UUID goes (its finding's ``gpu``, a series'
+    ``uuid``): its UUID when it was read before, else ``PCI:<bus id>``."""
+    return lost.uuid or f"PCI:{lost.pci_bus_id or '?'}"
+
+
 def render_ledger(ledger: Ledger) -> str:
     """The ledger as a table, then its sources and findings."""
     lines = [
@@ -161,6 +168,10 @@ def render_ledger(ledger: Ledger) -> str:
             f"reserved, but the driver lists no such device: {d.uuid} by {_owner(d.reservation)}"
         )
         for d in ledger.missing
+    ]
+    lines += [
+        printable(f"lost: {lost_key(lost)}: the driver says {lost.message!r}")
+        for lost in ledger.lost
     ]
     lines += [
         printable(
