@@ -25,6 +25,7 @@ from tests.views.health_ledger import (
     SICK,
     STRAY,
     WELL,
+    XID_AT,
     health_ledger,
 )
 
@@ -101,6 +102,15 @@ def test_xids_counted_per_gpu_and_xid_matched_by_pci_bus_id_in_either_form() -> 
     assert sum(xid_counts(health_ledger()).values()) == 5
 
 
+def test_the_last_time_of_each_xid_on_each_gpu() -> None:
+    # GPU 0's two 79s: at 10:00 and 10:01; its 63 at 09:00.
+    last = "gpuledger_gpu_xid_last_timestamp_seconds"
+    assert value(last, uuid=SICK, xid="79") == (XID_AT + timedelta(minutes=1)).timestamp()
+    assert value(last, uuid=SICK, xid="63") == (XID_AT - timedelta(hours=1)).timestamp()
+    assert value(last, uuid=LOST_KEY, xid="79") == XID_AT.timestamp()
+    assert value(last, uuid=WELL, xid="79") is None
+
+
 def test_healthy_is_0_with_a_gpu_unhealthy_finding_1_when_read_and_clean_absent_when_unknown() -> (
     None
 ):
@@ -136,6 +146,7 @@ def test_the_new_families_have_help_and_the_exposition_parses_strictly() -> None
         "gpuledger_gpu_ecc_errors",
         "gpuledger_gpu_xid_errors",
         *HEALTH_FAMILIES[1:],
+        "gpuledger_gpu_xid_last_timestamp_seconds",
         "gpuledger_gpu_healthy",
         "gpuledger_nomad_device_healthy",
     ):
@@ -155,6 +166,11 @@ def test_a_card_without_health_leaves_every_family_empty_but_present() -> None:
         devices=None,
     )
     snap = replace(snap, ledger=bare)
-    for family in (*HEALTH_FAMILIES, "gpuledger_gpu_xid_errors_total", "gpuledger_gpu_healthy"):
+    for family in (
+        *HEALTH_FAMILIES,
+        "gpuledger_gpu_xid_errors_total",
+        "gpuledger_gpu_xid_last_timestamp_seconds",
+        "gpuledger_gpu_healthy",
+    ):
         assert samples_of(snap, family) == [], family
     assert GpuHealth().ecc_uncorrected_volatile is None

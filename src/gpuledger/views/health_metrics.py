@@ -154,8 +154,28 @@ def health_families(ledger: Ledger) -> Iterator[Metric]:
     for (uuid, xid), count in sorted(xid_counts(ledger).items()):
         xids.add_metric([uuid, xid], float(count))
     yield xids
+    yield _xid_last_family(ledger)
     yield _healthy_family(ledger)
     yield _nomad_device_family(ledger)
+
+
+def _xid_last_family(ledger: Ledger) -> GaugeMetricFamily:
+    """When each GPU last logged each Xid: what a rule asks for "an Xid 79 within the hour"
+    without reading the counter, which drops when an event leaves the window."""
+    last = _gauge(
+        "gpuledger_gpu_xid_last_timestamp_seconds",
+        "When the driver last logged the Xid for the GPU (Unix time), of the events the "
+        "ledger holds.",
+        ["uuid", "xid"],
+    )
+    latest: dict[tuple[str, str], float] = {}
+    for gpu, events in xids_by_gpu(ledger).items():
+        for event in events:
+            key = (gpu, str(event.xid))
+            latest[key] = max(latest.get(key, 0.0), event.at.timestamp())
+    for (uuid, xid), at in sorted(latest.items()):
+        last.add_metric([uuid, xid], at)
+    return last
 
 
 def _healthy_family(ledger: Ledger) -> GaugeMetricFamily:
