@@ -82,7 +82,9 @@ def card(index: int, uuid: str, bus: str, health: GpuHealth | None) -> Gpu:
     return Gpu(index, uuid, "NVIDIA H100 80GB HBM3", pci_bus_id=bus, health=health)
 
 
-def finding(code: Code, level: Level, gpu: str, message: str, **subject: object) -> Finding:
+def finding(
+    code: Code, level: Level, gpu: str, message: str, **subject: str | int | None
+) -> Finding:
     owner = "gpu" if code is Code.GPU_UNHEALTHY else "nomad-device"
     return Finding(code, level, gpu, "n1", message, subject, AT, owner)
 
