@@ -193,3 +193,15 @@ def test_the_ls_table_lists_a_lost_gpu_with_the_drivers_words() -> None:
         f"lost: {LOST_KEY}: the driver says 'Unable to determine the device handle for "
         "GPU0000:5E:00.0: GPU is lost'"
     ) in table
+
+
+def test_the_ls_table_notes_each_gpus_health_findings_beside_it() -> None:
+    rows = render_ledger(health_ledger()).splitlines()
+    gpu0 = rows.index(next(r for r in rows if r.startswith("0 ")))
+    assert rows[gpu0].endswith("(failing: ecc-uncorrected,remap-pending,xid,pcie-width)")
+    assert rows[gpu0 + 1].strip() == "(Nomad says healthy, the driver otherwise)"
+    assert next(r for r in rows if r.startswith("1 ")).endswith(
+        "(Nomad says unhealthy, the driver otherwise)"
+    )
+    assert next(r for r in rows if r.startswith("2 ")).endswith(" -")
+    assert next(r for r in rows if r.startswith("3 ")).endswith("(not fingerprinted by Nomad)")
