@@ -118,6 +118,8 @@ def test_a_lost_gpu_is_a_card_of_its_own_with_the_drivers_words_and_its_xid() ->
     )
     assert f"The GPU at {LOST_BUS} is lost" in text  # its gpu-unhealthy finding
     assert "Last Xid fault Xid 79 (GPU has fallen off the bus.), 2 h ago" in text
+    counts = text_of(body.split('class="counts"')[1].split("</ul>")[0])
+    assert counts.endswith("held 1 free 3 lost 1")
     # The head and the findings table name it, the head linking its card.
     links = [a["href"] for a in Parsed(body.split("<main>")[0]).all("a")]
     assert "#lost-0" in links
