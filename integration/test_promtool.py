@@ -2,7 +2,8 @@
 
 The demo node (every GPU state, every kind of tenant) with a stray tenant more, reconciled by
 the real loop through the real sources, twice so that the counters have counted; then the same
-node with Nomad unreachable (unknown states, a source down). promtool must print nothing.
+node with Nomad unreachable (unknown states, a source down); and a node whose cards fail (GPU
+health, hand-built: tests/views/health_ledger.py). promtool must print nothing.
 (promtool lints the Prometheus text format only; tests/test_metrics.py parses the OpenMetrics
 one with prometheus_client's strict parser.)
 """
@@ -23,10 +24,13 @@ from gpuledger.commands.demo import world_config
 from gpuledger.controller.loop import NodeController
 from gpuledger.controller.sources import Sources
 from gpuledger.model import NodeInfo
+from gpuledger.model.history_record import History
+from gpuledger.model.snapshots import Snapshot
 from gpuledger.policy.load import default_policy
 from gpuledger.sim.world import World, load_scenario
 from gpuledger.views.metrics import render
 from integration.runtimes import missing
+from tests.views.health_ledger import AT, health_ledger
 
 # The demo's second drift phase: a training job's process on the free GPU 3.
 STRAY = load_scenario("demo")["drift"][1]["add_processes"][0]
@@ -113,5 +117,24 @@ def test_promtool_finds_nothing_to_lint_on_a_mig_node(promtool: str, tmp_path: P
     assert b'gpuledger_mig_instance_state{parent="GPU-9d3e5f74-' in body
     assert b'profile="1g.18gb",state="unaccounted",uuid="MIG-7c4f5eb1-' in body
     assert b"gpuledger_mig_instance_state_seconds_total{" in body
+    run = check(promtool, body)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+
+
+def test_promtool_finds_nothing_to_lint_on_a_node_with_failing_cards(promtool: str) -> None:
+    """GPU health (issue 25): a failing card, a clean one, an unread one, a lost one, Xids and
+    Nomad's word on its devices, from the hand-built ledger of tests/views/health_ledger.py."""
+    snap = Snapshot(health_ledger(), History(at=AT), 0.1, timedelta(seconds=15))
+    body, _ = render(snap, "")
+    for sample in (
+        b'gpuledger_gpu_ecc_errors_total{type="uncorrected_volatile",uuid="GPU-51c4',
+        b'gpuledger_gpu_xid_errors_total{uuid="GPU-51c40000-0000-0000-0000-000000000000",'
+        b'xid="79"} 2.0',
+        b'gpuledger_gpu_healthy{uuid="PCI:00000000:5E:00.0"} 0.0',
+        b"gpuledger_nomad_device_healthy{",
+        b'gpuledger_gpu_pcie_link_width{uuid="GPU-51c40000-0000-0000-0000-000000000000",'
+        b'which="current"} 8.0',
+    ):
+        assert sample in body, sample
     run = check(promtool, body)
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")

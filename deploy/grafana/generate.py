@@ -285,6 +285,26 @@ def fleet() -> list[Part]:
     ]
 
 
+HEALTH_CODES = 'code=~"gpu-unhealthy|device-unscheduled|device-health-mismatch"'
+"""The findings of GPU health and device drift (issue 25)."""
+
+
+def health() -> list[Part]:
+    """GPUs the driver sees failing, and GPUs Nomad cannot schedule or judges otherwise: the
+    findings' counts, zero included (gpuledger_findings has a sample for every code). Last, so
+    that the ids of the panels before stay put."""
+    counts = f'sum by (code) (gpuledger_findings{{{NODE}, {HEALTH_CODES}, level!="OK"}})'
+    return [
+        d.Row("GPU health"),
+        now("GPUs failing, unscheduled, or judged otherwise by Nomad", counts, "{{code}}", 12, {}),
+        graph(
+            "GPU health findings over time",
+            "short",
+            query(counts, "{{code}}"),
+        ),
+    ]
+
+
 def dashboard() -> d.Dashboard:
     """The whole dashboard, panels numbered in order so their ids stay put."""
     dash = (
@@ -309,7 +329,7 @@ def dashboard() -> d.Dashboard:
         )
     )
     for number, part in enumerate(
-        [*overview(), *idle(), *gpus(), *jobs(), *controllers(), *fleet()]
+        [*overview(), *idle(), *gpus(), *jobs(), *controllers(), *fleet(), *health()]
     ):
         if isinstance(part, d.Row):
             dash = dash.with_row(part.id(number + 1))

@@ -30,6 +30,9 @@ ALERTS = {
     "GPULedgerControllerMissing",
     "GPULedgerPolicyInvalid",
     "GPULedgerControllerSilent",
+    "GPULedgerGpuUnhealthy",
+    "GPULedgerDeviceUnscheduled",
+    "GPULedgerDeviceHealthMismatch",
 }
 
 
@@ -44,7 +47,7 @@ def alerts() -> dict[str, dict[str, Any]]:
 
 def rule_tests() -> list[dict[str, Any]]:
     files = sorted(HERE.glob("gpuledger.*.test.yml"))
-    assert len(files) == 3
+    assert len(files) == 4
     return [yaml.safe_load(f.read_text()) for f in files]
 
 

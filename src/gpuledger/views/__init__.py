@@ -3,8 +3,10 @@ it is shown:
 
 - ``table``: the text tables of ``ls`` and ``check``
 - ``metrics``: the node's ``/metrics``
+- ``health_metrics``: its families of GPU health (faults, Xids, gpuledger's and Nomad's verdicts)
 - ``html``: what every HTML page shares: the Jinja2 environment, style sheets, times, links
 - ``page``: the node's page, a card per GPU and MIG instance
+- ``card_health``: GPU health in words (a card's faults, Nomad's word) and Xids matched to GPUs
 - ``strip``: a GPU's last day as segments of a strip
 - ``fleet_table``: the text tables of ``fleet ls`` and ``fleet check``
 - ``fleet_metrics``: the fleet's ``/metrics``

@@ -5,6 +5,8 @@ Base units (utilisation as a 0-1 ratio, memory in bytes), counters ending in ``_
 label is ``nomad_job``, never ``job`` (Prometheus owns that one). The watch on Nomad's
 allocations is read live at each scrape, not from the snapshot (``watch_families``): its index,
 the age of its view, its restarts, and the requests and bytes gpuledger cost Nomad.
+
+Health: ``views/health_metrics.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from prometheus_client.registry import CollectorRegistry
 from gpuledger import __version__
 from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, LedgerUnit, Level
 from gpuledger.model.snapshots import Snapshot
+from gpuledger.views.health_metrics import health_families
 
 if TYPE_CHECKING:
     from gpuledger.controller.nomad_watch import WatchStats
@@ -58,6 +61,7 @@ class SnapshotCollector:
             yield from _node_families(self.snapshot)
             yield from _reservation_families(self.snapshot)
             yield _finding_open_family(self.snapshot.ledger)
+            yield from health_families(self.snapshot.ledger)
         if self.watch is not None:
             yield from watch_families(self.watch)
 

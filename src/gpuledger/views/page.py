@@ -3,11 +3,13 @@
 A header (the node, its Nomad node id, the sources and their health, the last tick, and the
 worst finding named by its GPU and its words, then every other GPU that has one), a card per GPU
 (its state as a word, since when, its own findings, utilisation, memory, temperature and thermal
-margin, encoder sessions, who reserved it, who holds it, and its last day as a strip), MIG cards
-with a card per instance, and all the findings, worst first. A card's colour and badge follow
+margin, encoder sessions, who reserved it, who holds it, its health and Nomad's word on it, and
+its last day as a strip), MIG cards with a card per instance, a card per GPU the driver lost,
+and all the findings, worst first. A card's colour and badge follow
 the worst of its own findings, its state's colour only when it has none: a held GPU idling for
-hours is not drawn as healthy. Rendered by Jinja2 from the packaged templates
-(``views/html.py``); no script, no inline style.
+hours is not drawn as healthy. Health shows only what the driver reported: a reading it did
+not give is left out or said to be unreported, never shown as a clean zero. Rendered by Jinja2
+from the packaged templates (``views/html.py``); no script, no inline style.
 """
 
 from __future__ import annotations
@@ -31,9 +33,20 @@ from gpuledger.model import (
     SourceName,
     SourceStatus,
     Tenant,
+    XidEvent,
 )
 from gpuledger.model.history_record import Trail
 from gpuledger.model.snapshots import Snapshot
+from gpuledger.views.card_health import (
+    Devices,
+    HealthLine,
+    NomadWord,
+    health_lines,
+    lost_key,
+    nomad_word,
+    xid_line,
+    xids_by_gpu,
+)
 from gpuledger.views.html import When, environment, frame, mib, when
 from gpuledger.views.strip import Segment, segments
 from gpuledger.views.table import no_gpu_reason
@@ -93,6 +106,23 @@ class UnitCard:
     tone: str = ""
     """The colour of the card and its state's badge when a finding is worse than the state's
     own colour says (``warn``, ``bad``, ``error``); empty: the state's colour."""
+    health: tuple[HealthLine, ...] = ()
+    """What the driver reported of its faults (``health_lines``)."""
+    nomad: NomadWord | None = None
+    """Nomad's word on it as a device; ``None`` where Nomad gave no word on devices."""
+
+
+@dataclass(frozen=True)
+class LostCard:
+    """A GPU the driver can no longer reach: a card of its own, with the driver's words, its
+    findings and the Xids logged for its bus id."""
+
+    anchor: str
+    title: str
+    bus_id: str
+    message: str
+    findings: tuple[FindingRow, ...]
+    health: tuple[HealthLine, ...]
 
 
 @dataclass(frozen=True)
@@ -240,7 +270,11 @@ def _own(found: Found, unit: LedgerUnit, now: datetime) -> _Own:
 
 
 def _instance_card(
-    linst: LedgerInstance, trails: Mapping[str, Trail], now: datetime, found: Found
+    linst: LedgerInstance,
+    trails: Mapping[str, Trail],
+    now: datetime,
+    found: Found,
+    devices: Devices = None,
 ) -> UnitCard:
     i = linst.instance
     ids = (
@@ -259,6 +293,8 @@ def _instance_card(
         reservation=owner(linst.reservation),
         tenants=tuple(tenant_row(t) for t in linst.tenants),
         strip=_strip(trails, linst.uuid, now),
+        health=() if i.health is None else health_lines(i.health, (), now),
+        nomad=nomad_word(i.uuid, devices),
         **_own(found, linst, now)._asdict(),
     )
 
@@ -271,10 +307,17 @@ def _mig_note(lgpu: LedgerGpu) -> str | None:
 
 
 def gpu_card(
-    lgpu: LedgerGpu, trails: Mapping[str, Trail], now: datetime, found: Found | None = None
+    lgpu: LedgerGpu,
+    trails: Mapping[str, Trail],
+    now: datetime,
+    found: Found | None = None,
+    xids: Sequence[XidEvent] = (),
+    devices: Devices = None,
 ) -> UnitCard:
-    """A GPU's card, its MIG instances' cards inside, each with its own findings (``found``)."""
+    """A GPU's card, its MIG instances' cards inside, each with its own findings (``found``),
+    its health (the driver's readings and the Xids logged for it) and Nomad's word on it."""
     found = found or {}
+    mig = lgpu.state is GpuState.MIG or bool(lgpu.gpu.mig_enabled)
     return UnitCard(
         anchor=unit_anchor(lgpu),
         title=f"GPU {lgpu.gpu.index}",
@@ -286,15 +329,59 @@ def gpu_card(
         reservation=owner(lgpu.reservation),
         tenants=tuple(tenant_row(t) for t in lgpu.tenants),
         strip=_strip(trails, lgpu.uuid, now),
-        instances=tuple(_instance_card(i, trails, now, found) for i in lgpu.instances),
+        instances=tuple(_instance_card(i, trails, now, found, devices) for i in lgpu.instances),
         note=_mig_note(lgpu),
+        health=health_lines(lgpu.gpu.health, xids, now),
+        nomad=nomad_word(lgpu.uuid, devices, whole_card_in_mig=mig),
         **_own(found, lgpu, now)._asdict(),
     )
 
 
+def _always(text: str) -> Callable[[Finding], str]:
+    return lambda _: text
+
+
+def lost_cards(
+    ledger: Ledger, found: Found, xids: Mapping[str, Sequence[XidEvent]], now: datetime
+) -> list[LostCard]:
+    """A card per GPU the driver lost, with what the driver said (shown as text), its
+    findings and the Xids logged for its bus id."""
+    cards = []
+    for n, lost in enumerate(ledger.lost):
+        key = lost_key(lost)
+        name = "GPU" if lost.index is None else f"GPU {lost.index}"
+        label = _lost_names(ledger)[key][0]
+        mine = found.get(key, ())
+        cards.append(
+            LostCard(
+                anchor=f"lost-{n}",
+                title=f"{name}, lost",
+                bus_id=lost.pci_bus_id or "bus id not given",
+                message=lost.message,
+                findings=tuple(finding_rows(mine, _always(label), now)),
+                health=tuple(
+                    line for line in (xid_line(xids.get(key, ()), now),) if line is not None
+                ),
+            )
+        )
+    return cards
+
+
+def _lost_names(ledger: Ledger) -> dict[str, tuple[str, str]]:
+    """Each lost GPU's key (``lost_key``) to how the page names it and its card's anchor."""
+    return {
+        lost_key(lost): (
+            f"{'GPU' if lost.index is None else f'GPU {lost.index}'}, lost ({lost_key(lost)})",
+            f"lost-{n}",
+        )
+        for n, lost in enumerate(ledger.lost)
+    }
+
+
 def _gpu_of(ledger: Ledger) -> Callable[[Finding], str]:
     """A finding's GPU or MIG instance as the page names it (``GPU 1 MIG 1g.18gb …``)."""
-    labels = {unit.uuid: unit.label for unit in ledger.units()}
+    labels = {key: name for key, (name, _) in _lost_names(ledger).items()}
+    labels |= {unit.uuid: unit.label for unit in ledger.units()}
     return lambda f: labels.get(f.gpu, f.gpu) if f.gpu else "-"
 
 
@@ -303,18 +390,21 @@ def attention(ledger: Ledger, now: datetime) -> list[Attention]:
     device the driver does not list) with findings, by its worst finding, worst first; the
     first is the page's worst."""
     units = {unit.uuid: unit for unit in ledger.units()}
+    lost = _lost_names(ledger)
     groups: dict[str | None, list[Finding]] = {}
     for f in sorted(ledger.findings, key=lambda f: -f.level):
         groups.setdefault(f.gpu, []).append(f)
     found = []
     for gpu, group in groups.items():
         unit = units.get(gpu) if gpu else None
-        where = unit.label if unit else gpu or "the node"
+        where, anchor = lost.get(gpu or "", (gpu or "the node", None))
+        if unit is not None:
+            where, anchor = unit.label, unit_anchor(unit)
         first = group[0]
         found.append(
             Attention(
                 where=where,
-                anchor=unit_anchor(unit) if unit else None,
+                anchor=anchor,
                 level=first.level.name,
                 code=first.code.value,
                 message=first.message,
@@ -394,6 +484,8 @@ def render_node(snap: Snapshot, refresh: bool = True) -> bytes:
     every = refresh_seconds(snap.interval)
     found = findings_by_unit(ledger.findings)
     heads = attention(ledger, now)
+    xids = xids_by_gpu(ledger)
+    devices = None if ledger.devices is None else {d.id: d for d in ledger.devices}
     page = (
         environment()
         .get_template("node.html.j2")
@@ -408,7 +500,11 @@ def render_node(snap: Snapshot, refresh: bool = True) -> bytes:
             sources=source_rows(ledger.sources),
             history_error=snap.history_error,
             counts=state_counts(ledger.units()),
-            cards=[gpu_card(lgpu, trails, now, found) for lgpu in ledger.gpus],
+            cards=[
+                gpu_card(lgpu, trails, now, found, xids.get(lgpu.uuid, ()), devices)
+                for lgpu in ledger.gpus
+            ],
+            lost=lost_cards(ledger, found, xids, now),
             no_gpu=no_gpu_sentence(ledger.sources.get(SourceName.GPU)),
             attention=heads[:HEAD_LIMIT],
             more_attention=max(0, len(heads) - HEAD_LIMIT),

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from gpuledger.model import (
     AllocRef,
+    Code,
     Finding,
     Ledger,
     LedgerGpu,
     LedgerInstance,
+    LostGpu,
     SourceName,
     SourceStatus,
     Tenant,
@@ -87,7 +89,27 @@ def _memory(used: int | None, total: int | None) -> str:
     return "-" if used is None else f"{used}/{_na(total)} MiB"
 
 
-def _gpu_rows(lgpu: LedgerGpu) -> list[list[str]]:
+def health_notes(findings: Sequence[Finding]) -> dict[str, list[str]]:
+    """What ``ls`` notes beside a GPU of its health findings, by the GPU's UUID: the faults of
+    a gpu-unhealthy finding, and what Nomad says of the device (the findings table below has
+    their full words)."""
+    notes: dict[str, list[str]] = {}
+    for f in findings:
+        if not f.gpu:
+            continue
+        if f.code is Code.GPU_UNHEALTHY:
+            note = f"(failing: {f.subject.get('faults') or 'see the findings'})"
+        elif f.code is Code.DEVICE_UNSCHEDULED:
+            note = "(not fingerprinted by Nomad)"
+        elif f.code is Code.DEVICE_HEALTH_MISMATCH:
+            note = f"(Nomad says {f.subject.get('nomad') or '?'}, the driver otherwise)"
+        else:
+            continue
+        notes.setdefault(f.gpu, []).append(note)
+    return notes
+
+
+def _gpu_rows(lgpu: LedgerGpu, notes: Mapping[str, list[str]] | None = None) -> list[list[str]]:
     gpu = lgpu.gpu
     first = [
         str(gpu.index),
@@ -102,12 +124,15 @@ def _gpu_rows(lgpu: LedgerGpu) -> list[list[str]]:
     tenants = [_tenant(t) + where for t in lgpu.tenants]
     if gpu.mig_pending is not None and gpu.mig_pending != bool(gpu.mig_enabled):
         tenants.append(f"(MIG {'on' if gpu.mig_pending else 'off'} after the next reset)")
+    notes = notes or {}
+    tenants += notes.get(gpu.uuid, [])
     rows = _with_tenants(first, tenants)
     for linst in lgpu.instances:
         i = linst.instance
         cells = [_unit_name(linst), linst.state.value, "-"]
         cells += [_memory(i.memory_used_mib, i.memory_total_mib), "", _owner(linst.reservation)]
-        rows += _with_tenants(cells, [_tenant(t) for t in linst.tenants])
+        own = [_tenant(t) for t in linst.tenants] + notes.get(i.uuid, [])
+        rows += _with_tenants(cells, own)
     return rows
 
 
@@ -136,6 +161,12 @@ def no_gpu_reason(gpu: SourceStatus | None) -> str:
     return "the driver lists no GPU"
 
 
+def lost_key(lost: LostGpu) -> str:
+    """How a lost GPU is named where a GPU's UUID goes (its finding's ``gpu``, a series'
+    ``uuid``): its UUID when it was read before, else ``PCI:<bus id>``."""
+    return lost.uuid or f"PCI:{lost.pci_bus_id or '?'}"
+
+
 def render_ledger(ledger: Ledger) -> str:
     """The ledger as a table, then its sources and findings."""
     lines = [
@@ -151,7 +182,8 @@ def render_ledger(ledger: Ledger) -> str:
     )
     lines.append("")
     header = ["GPU", "STATE", "UTIL", "MEMORY", "TEMP", "RESERVED BY", "TENANTS"]
-    rows = [header] + [row for lgpu in ledger.gpus for row in _gpu_rows(lgpu)]
+    notes = health_notes(ledger.findings)
+    rows = [header] + [row for lgpu in ledger.gpus for row in _gpu_rows(lgpu, notes)]
     if ledger.gpus:
         lines.extend(columns(rows))
     else:
@@ -161,6 +193,10 @@ def render_ledger(ledger: Ledger) -> str:
             f"reserved, but the driver lists no such device: {d.uuid} by {_owner(d.reservation)}"
         )
         for d in ledger.missing
+    ]
+    lines += [
+        printable(f"lost: {lost_key(lost)}: the driver says {lost.message!r}")
+        for lost in ledger.lost
     ]
     lines += [
         printable(
