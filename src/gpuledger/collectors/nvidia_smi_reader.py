@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from gpuledger.collectors.kernel_log import pci_key
 from gpuledger.collectors.nvidia_codes import (
     DRIVER_NOT_LOADED,
     DRIVER_PROBLEMS,
@@ -37,6 +36,7 @@ from gpuledger.collectors.nvidia_mig import (
 )
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import Gpu, GpuHealth, GpuProcess, GpuReading, LostGpu
+from gpuledger.model.health import pci_key
 
 __all__ = [
     "NvidiaSmi",

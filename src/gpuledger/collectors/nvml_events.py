@@ -24,8 +24,7 @@ from collections.abc import Callable, Hashable
 from datetime import datetime
 from typing import Any
 
-from gpuledger.collectors.kernel_log import pci_key
-from gpuledger.model.health import XidEvent
+from gpuledger.model.health import XidEvent, pci_key
 
 __all__ = ["NvmlXidWatcher"]
 

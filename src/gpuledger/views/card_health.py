@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuledger.collectors.kernel_log import pci_key
 from gpuledger.model import GpuHealth, Ledger, NomadDevice, XidEvent
+from gpuledger.model.health import pci_key
 from gpuledger.views.html import When, when
 from gpuledger.views.table import lost_key
 
