@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpuledger.core import fleet_join
-from gpuledger.core.fleet_bounds import MAX_UNITS
+from gpuledger.core.fleet_bounds import MAX_TENANTS, MAX_UNITS, MAX_XIDS, bound_ledger
 from gpuledger.core.fleet_join import Discovery, judge_ledger, reconcile_fleet
 from gpuledger.model import (
     Code,
@@ -27,10 +27,12 @@ from gpuledger.model import (
     Ledger,
     LedgerGpu,
     Level,
+    LostGpu,
     NodeInfo,
     NomadDevice,
     SourceName,
     SourceStatus,
+    XidEvent,
 )
 from gpuledger.model.contract import fleet_doc
 from gpuledger.model.fleet_values import (
@@ -222,3 +224,13 @@ def test_a_ledger_that_names_another_node_has_no_counts_the_fleet_trusts() -> No
     fleet = reconcile_fleet(NOW, POLICY, desired, TARGETS, [lying])
     assert {n.name: n.unhealthy for n in fleet.nodes} == {"gpu-a": None, "gpu-b": None}
     assert fleet.fault_totals().unhealthy_unknown_nodes == 2
+
+
+def test_the_bounds_keep_the_latest_xids_and_say_what_was_cut() -> None:
+    xids = tuple(XidEvent("0000:3b:00", 79, NOW) for _ in range(MAX_XIDS + 3))
+    xids = (*xids[:-1], XidEvent("0000:3b:00", 48, NOW))  # the newest is last
+    lost = tuple(LostGpu(None, "GPU is lost") for _ in range(MAX_TENANTS + 1))
+    bounded, cut = bound_ledger(replace(ledger("gpu-a", 1), xids=xids, lost=lost))
+    assert len(bounded.xids) == MAX_XIDS and bounded.xids[-1].xid == 48
+    assert len(bounded.lost) == MAX_TENANTS
+    assert cut == (f"{MAX_TENANTS + 1} GPUs the driver lost", f"{MAX_XIDS + 3} Xid errors")
