@@ -87,7 +87,8 @@ def served() -> Iterator[str]:
 
 
 HEALTH_CELLS = """() => Object.fromEntries([...document.querySelectorAll('table.nodes tbody tr')]
-    .map(r => { const c = r.querySelector('td[data-label="Health"]'); const b = c.getBoundingClientRect();
+    .map(r => { const c = r.querySelector('td[data-label="Health"]');
+        const b = c.getBoundingClientRect();
         return [r.querySelector('.name').textContent, {text: c.textContent.trim(),
             bad: !!c.querySelector('.badge.l-bad'), right: b.right, width: b.width,
             seen: c.checkVisibility()}]; }))"""
