@@ -108,7 +108,7 @@ def test_a_node_with_a_failing_gpu_shows_its_count_on_the_fleet_page(
         page.wait_for_load_state("load")
         cells = page.evaluate(HEALTH_CELLS)
         assert {name: c["text"] for name, c in cells.items()} == {
-            "gpu-failing": "1 failing GPU · 2 unscheduled",
+            "gpu-failing": "1 failing · 2 unscheduled",
             "gpu-fine": "no fault",
             "gpu-gone": "unknown",  # its controller refused: never 0
         }
@@ -116,8 +116,8 @@ def test_a_node_with_a_failing_gpu_shows_its_count_on_the_fleet_page(
         for name, cell in cells.items():  # shown, and on the screen, at a phone's width too
             assert cell["seen"] and cell["width"] > 0, name
             assert cell["right"] <= width, (name, cell)
-        totals = " ".join(page.inner_text("p.health").split())
-        assert totals == "1 failing GPU · 2 devices Nomad cannot schedule · 1 node cannot say."
+        totals = " ".join(page.inner_text("span.health").split())
+        assert totals == "1 failing GPU · 2 unscheduled devices · 1 node cannot say"
         # The finding itself is listed, naming the fault.
         assert "Xid 79" in page.inner_text("table.findings")
         assert int(page.evaluate("document.documentElement.scrollWidth - window.innerWidth")) == 0

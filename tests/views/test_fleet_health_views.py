@@ -95,7 +95,7 @@ class _Cells(HTMLParser):
         if tag == "td" and a.get("data-label"):
             self._label = a["data-label"]
             self.rows[-1][self._label] = ""
-        if tag == "p" and a.get("class") == "health":
+        if tag == "span" and a.get("class") == "health":
             self._in_health = True
         if tag == "span" and "l-bad" in (a.get("class") or "").split():
             self._badge = True
@@ -122,24 +122,37 @@ def test_the_page_says_each_nodes_health_and_marks_the_failing_ones() -> None:
     parsed = _Cells(fleet_page.render_fleet_page(SNAP).decode())
     health = {r["Node"].split()[0]: r["Health"] for r in parsed.rows if "Health" in r}
     assert health == {
-        "gpu-a": "2 failing GPUs · 1 unscheduled",
+        "gpu-a": "2 failing · 1 unscheduled",
         "gpu-b": "no fault",
-        "gpu-c": "failing GPUs unknown · 3 unscheduled",
+        "gpu-c": "? failing · 3 unscheduled",
         "gpu-d": "unknown",
         "gpu-e": "-",
     }
     # The failing node's cell is a badge in the BAD tone, and so is the fleet's total.
-    assert "2 failing GPUs · 1 unscheduled" in parsed.badges
+    assert "2 failing · 1 unscheduled" in parsed.badges
     assert " ".join(parsed.health.split()) == (
-        "2 failing GPUs · 4 devices Nomad cannot schedule · 2 nodes cannot say."
+        "2 failing GPUs · 4 unscheduled devices · 2 nodes cannot say"
     )
+
+
+def test_each_cell_says_its_counts_in_full_in_its_tooltip() -> None:
+    titles = {n.name: fleet_page.health_title(n) for n in NODES}
+    assert titles == {
+        "gpu-a": "2 failing GPUs; 1 device Nomad cannot schedule",
+        "gpu-b": "0 failing GPUs; 0 devices Nomad cannot schedule",
+        "gpu-c": "failing GPUs unknown; 3 devices Nomad cannot schedule",
+        "gpu-d": "failing GPUs unknown; devices Nomad cannot schedule unknown",
+        "gpu-e": "not counted: the node is down, or another row stands for it",
+    }
+    page = fleet_page.render_fleet_page(SNAP).decode()
+    assert 'title="failing GPUs unknown; 3 devices Nomad cannot schedule"' in page
 
 
 def test_a_single_failing_gpu_is_said_in_the_singular() -> None:
     one = Fleet(AT, {}, (node("gpu-a", NodeStatus.OK, 1, 0),), (), ())
     parsed = _Cells(fleet_page.render_fleet_page(FleetSnapshot(one, 0.1)).decode())
-    assert parsed.rows[-1]["Health"] == "1 failing GPU"
-    assert " ".join(parsed.health.split()) == "1 failing GPU · 0 devices Nomad cannot schedule."
+    assert parsed.rows[-1]["Health"] == "1 failing"
+    assert " ".join(parsed.health.split()) == "1 failing GPU · 0 unscheduled devices"
 
 
 # --------------------------------------------------------------------------- /metrics

@@ -72,8 +72,11 @@ class NodeRow:
     idle: int = 0
     """Its idle GPUs: reserved-idle, and held-idle."""
     health: str = "unknown"
-    """Its failing GPUs and unschedulable devices in words: ``1 failing GPU · 2 unscheduled``,
-    ``no fault``, ``unknown``; ``-`` where it is not counted (down, or a second controller)."""
+    """Its failing GPUs and unschedulable devices in few words: ``1 failing · 2 unscheduled``,
+    ``? failing``, ``no fault``, ``unknown``; ``-`` where it is not counted (down, or a
+    second controller)."""
+    health_title: str = ""
+    """The same in full (the cell's tooltip)."""
     failing: int = 0
     """Its failing GPUs (0 where unknown): what marks the row."""
 
@@ -172,22 +175,39 @@ def _waste_words(node: FleetNode, held_idle: int) -> str:
 
 
 def health_words(node: FleetNode) -> str:
-    """A node's failing GPUs and the devices Nomad cannot schedule on it, in words; what it
-    cannot say is said ``unknown``, never left out (a count left out would read as none)."""
+    """A node's failing GPUs and the devices Nomad cannot schedule on it, in few words (the
+    cell must not widen a row): each count that is not 0, ``?`` for one it cannot say, never
+    left out (a count left out would read as none); ``no fault``, ``unknown`` where both are
+    0 or both unknown. ``health_title`` says it in full."""
     if not node.counted:
         return "-"
     if node.unhealthy is None and node.unscheduled is None:
         return "unknown"
     parts = []
     if node.unhealthy is None:
-        parts.append("failing GPUs unknown")
+        parts.append("? failing")
     elif node.unhealthy:
-        parts.append(f"{node.unhealthy} failing GPU{'s' if node.unhealthy != 1 else ''}")
+        parts.append(f"{node.unhealthy} failing")
     if node.unscheduled is None:
-        parts.append("unscheduled unknown")
+        parts.append("? unscheduled")
     elif node.unscheduled:
         parts.append(f"{node.unscheduled} unscheduled")
     return " · ".join(parts) or "no fault"
+
+
+def _told(n: int | None, one: str, many: str, unknown: str) -> str:
+    return unknown if n is None else f"{n} {one if n == 1 else many}"
+
+
+def health_title(node: FleetNode) -> str:
+    """``health_words`` in full, for the cell's tooltip."""
+    if not node.counted:
+        return "not counted: the node is down, or another row stands for it"
+    failing = _told(node.unhealthy, "failing GPU", "failing GPUs", "failing GPUs unknown")
+    devices = _told(node.unscheduled, "device Nomad cannot schedule",
+                    "devices Nomad cannot schedule",
+                    "devices Nomad cannot schedule unknown")  # fmt: skip
+    return f"{failing}; {devices}"
 
 
 def fleet_health(fleet: Fleet) -> FleetHealth:
@@ -222,6 +242,7 @@ def node_row(node: FleetNode, held_idle: int = 0) -> NodeRow:
         waste=_waste_words(node, held_idle),
         idle=node_waste(node, held_idle),
         health=health_words(node),
+        health_title=health_title(node),
         failing=(node.unhealthy or 0) if node.counted else 0,
     )
 
