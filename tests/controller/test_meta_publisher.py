@@ -202,6 +202,9 @@ def test_a_fault_count_is_unknown_only_while_its_sources_cannot_say() -> None:
     # The kernel log unread: its Xid errors unknown, so the failing GPUs; Nomad's view stands.
     failing_log = {**UP, SourceName.KERNEL_LOG: SourceStatus.failed("/dev/kmsg: EPERM")}
     assert counts(sources=failing_log) == (None, 1)
+    # ... and only the failing GPUs: who uses each GPU is still known.
+    published = node_meta(ledger(FREE, TAKEN, findings=faulty, sources=failing_log))
+    assert (published[UNACCOUNTED_GPUS], published[UNKNOWN_GPUS]) == ("1", "0")
     # NVML hands the Xid errors over, and the kernel log is off: nothing unknown.
     assert counts(sources={**UP, SourceName.KERNEL_LOG: SourceStatus.off()}) == (1, 1)
     # Nomad unread, off, or without a word on the node's devices: nothing was compared.

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from gpuledger.model.readings import SourceName, SourceStatus
+from gpuledger.model.readings import TICK_SOURCES, SourceName, SourceStatus
 from gpuledger.model.values import Code, Finding, GpuState, Ledger, Level
 
 PREFIX = "gpuledger."
@@ -100,7 +100,9 @@ def node_meta(ledger: Ledger) -> dict[str, str]:
     units = list(ledger.units())
     unknown = sum(u.state is GpuState.UNKNOWN for u in units)
     unaccounted = sum(u.state is GpuState.UNACCOUNTED for u in units)
-    blind = any(s.failing for s in ledger.sources.values())
+    # The sources that decide who uses a GPU: the kernel log (its Xid errors) blinds only
+    # the fault count, never the attribution.
+    blind = any(s.failing for name, s in ledger.sources.items() if name in TICK_SOURCES)
     worst = max((f.level for f in ledger.findings if f.owner != OWNER), default=Level.OK)
     faults = fault_counts(ledger)
     return {
