@@ -13,9 +13,10 @@ of dynamic node metadata, so that a job's constraint reads ``${meta.gpuledger.<k
   fingerprint (the distinct devices of its ``device-unscheduled`` findings).
 - ``gpuledger.changed_at``: when one of the keys above last changed (RFC 3339, UTC).
 
-A count is a number only when gpuledger can vouch for it: while a source is unreadable the
-first two counts are ``unknown``, and so is the unaccounted count while a GPU's state is
-unknown, so an outage never reads as an all-clear. The fault counts are ``unknown`` only while
+A count is a number only when gpuledger can vouch for it: while a source of the tick (the
+driver, /proc, a container runtime, Nomad) is unreadable the first two counts are
+``unknown``, and so is the unaccounted count while a GPU's state is unknown, so an outage
+never reads as an all-clear. The fault counts are ``unknown`` only while
 the sources they come from cannot say (``fault_counts``): the fleet counts by the same rule.
 """
 
