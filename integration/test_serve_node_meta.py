@@ -39,12 +39,15 @@ REPO = Path(__file__).resolve().parents[1]
 READ_POLICY = REPO / "deploy" / "nomad" / "gpuledger.policy.hcl"
 META_POLICY = REPO / "deploy" / "nomad" / "gpuledger-meta.policy.hcl"
 META = "/v1/client/metadata"
-UNACCOUNTED, UNKNOWN, WORST, CHANGED = (
+UNACCOUNTED, UNKNOWN, WORST, UNHEALTHY, UNSCHEDULED, CHANGED = (
     "gpuledger.unaccounted_gpus",
     "gpuledger.unknown_gpus",
     "gpuledger.worst_level",
+    "gpuledger.unhealthy",
+    "gpuledger.unscheduled",
     "gpuledger.changed_at",
 )
+OWNED = {UNACCOUNTED, UNKNOWN, WORST, UNHEALTHY, UNSCHEDULED, CHANGED}
 
 NODE = "7c1e4b2a-5d3f-4a6e-9b8c-0d1e2f3a4b5c"
 A_TRAIN = "2b3c4d5e-0001-4f6a-8b9c-0d1e2f3a4b01"
@@ -228,7 +231,7 @@ def writes(nomad: FakeNomad) -> int:
 
 
 def owned(meta: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in meta.items() if k in {UNACCOUNTED, UNKNOWN, WORST, CHANGED}}
+    return {k: v for k, v in meta.items() if k in OWNED}
 
 
 # ---------------------------------------------------------------------------------------- tests
@@ -265,6 +268,8 @@ def test_a_read_failure_publishes_unknown_not_the_last_all_clear(
     world.update(nvidia_fault="no-driver")
     blind = until(published(nomad, UNACCOUNTED, "unknown"), "unaccounted_gpus unknown")
     assert (blind[UNKNOWN], blind[WORST]) == ("unknown", "ERROR")
+    # No card read: how many are failing is not known either, and never published as 0.
+    assert (blind[UNHEALTHY], blind[UNSCHEDULED]) == ("unknown", "unknown")
     world.update(nvidia_fault=None)
     until(published(nomad, UNACCOUNTED, "0"), "unaccounted_gpus 0 once the driver answers")
 

@@ -2,7 +2,8 @@
 (``controller/meta_publisher.py``), the publisher driven step by step against the fake Nomad through
 the real client.
 
-Expected counts are worked out by hand from the states of each ledger below; the back-off
+Expected counts are worked out by hand from the states of each ledger below (the fault counts
+from the findings each is built with, in the shapes the policy gives them); the back-off
 steps from its rule (after the n-th failure in a row, 2^(n-1) - 1 steps are skipped).
 """
 
@@ -31,6 +32,7 @@ from gpuledger.model import (
     Level,
     MigInstance,
     NodeInfo,
+    NomadDevice,
     SourceName,
     SourceStatus,
 )
@@ -39,8 +41,11 @@ from gpuledger.model.meta_keys import (
     KEYS,
     OWNER,
     UNACCOUNTED_GPUS,
+    UNHEALTHY,
     UNKNOWN_GPUS,
+    UNSCHEDULED,
     WORST_LEVEL,
+    fault_counts,
     node_meta,
     owned,
     patch,
@@ -92,8 +97,27 @@ def ledger(
     sources: dict[SourceName, SourceStatus] | None = None,
     findings: tuple[Finding, ...] = (),
     at: datetime = T0,
+    devices_known: bool = True,
 ) -> Ledger:
-    return Ledger(NODE, at, sources or UP, gpus, findings)
+    """A ledger of ``gpus``, each of which Nomad fingerprinted (``devices_known=False``: Nomad
+    gave no word on devices)."""
+    devices = tuple(NomadDevice(g.uuid, "NVIDIA H200", True) for g in gpus)
+    return Ledger(NODE, at, sources or UP, gpus, findings,
+                  devices=devices if devices_known else None)  # fmt: skip
+
+
+def unhealthy(uuid: str, faults: str = "ecc-uncorrected") -> Finding:
+    """A ``gpu-unhealthy`` finding as findings.md shapes it (owner ``gpu``)."""
+    subject: dict[str, str | int | None] = {"faults": faults, "xid": None, "allocId": None}
+    return Finding(Code.GPU_UNHEALTHY, Level.BAD, uuid, "gpu-7", f"{uuid} is failing", subject,
+                   owner="gpu")  # fmt: skip
+
+
+def unscheduled(uuid: str) -> Finding:
+    """A ``device-unscheduled`` finding (owner ``nomad-device``)."""
+    subject: dict[str, str | int | None] = {"device": uuid, "nomadLists": ""}
+    return Finding(Code.DEVICE_UNSCHEDULED, Level.WARN, uuid, "gpu-7", f"{uuid} unscheduled",
+                   subject, owner="nomad-device")  # fmt: skip
 
 
 FREE = card(0, GpuState.FREE)
@@ -111,6 +135,8 @@ def test_the_counts_of_a_node_that_sees_everything() -> None:
         UNACCOUNTED_GPUS: "2",
         UNKNOWN_GPUS: "0",
         WORST_LEVEL: "OK",
+        UNHEALTHY: "0",
+        UNSCHEDULED: "0",
     }
     assert node_meta(ledger(FREE, HELD))[UNACCOUNTED_GPUS] == "0"
     assert node_meta(ledger())[UNACCOUNTED_GPUS] == "0"  # a node without GPUs
@@ -140,6 +166,69 @@ def test_the_worst_level_leaves_out_the_publishers_own_finding() -> None:
     findings = (finding(Level.WARN), finding(Level.ERROR, owner=OWNER))
     assert node_meta(ledger(FREE, findings=findings))[WORST_LEVEL] == "WARN"
     assert node_meta(ledger(FREE, findings=findings[1:]))[WORST_LEVEL] == "OK"
+
+
+def test_failing_gpus_and_unscheduled_devices_are_counted_once_each() -> None:
+    # Two faults of GPU 2 (say an ECC error and an Xid) are one failing GPU; GPU 3 is another;
+    # a MIG instance Nomad never fingerprinted is one unscheduled device. 2 and 1.
+    mig = "MIG-7f2b1c3d-0000-5e6f-8a9b-c0d1e2f3a4b5"
+    findings = (
+        unhealthy(TAKEN.uuid),
+        unhealthy(TAKEN.uuid, "xid"),
+        unhealthy(TAKEN_TOO.uuid, "gpu-lost"),
+        unscheduled(mig),
+        finding(Level.WARN),
+    )
+    published = node_meta(ledger(FREE, TAKEN, TAKEN_TOO, findings=findings))
+    assert (published[UNHEALTHY], published[UNSCHEDULED]) == ("2", "1")
+    assert published[WORST_LEVEL] == "BAD"
+    # A lost GPU whose UUID is unknown is named by its bus id: a GPU of its own.
+    lost = replace(unhealthy("PCI:00000000:3B:00.0", "gpu-lost"), subject={"faults": "gpu-lost"})
+    assert node_meta(ledger(FREE, findings=(lost,)))[UNHEALTHY] == "1"
+    # A finding about no GPU is no GPU counted.
+    assert node_meta(ledger(FREE, findings=(replace(lost, gpu=None),)))[UNHEALTHY] == "0"
+
+
+def test_a_fault_count_is_unknown_only_while_its_sources_cannot_say() -> None:
+    faulty = (unhealthy(TAKEN.uuid), unscheduled(FREE.uuid))
+
+    def counts(**kw: Any) -> tuple[int | None, int | None]:
+        found = fault_counts(ledger(FREE, TAKEN, findings=faulty, **kw))
+        return found.unhealthy, found.unscheduled
+
+    assert counts() == (1, 1)
+    # No card read: neither count can be vouched for, though the last ledger had faults.
+    assert counts(sources={**UP, SourceName.GPU: SourceStatus.failed("no driver")}) == (None, None)
+    # The kernel log unread: its Xid errors unknown, so the failing GPUs; Nomad's view stands.
+    failing_log = {**UP, SourceName.KERNEL_LOG: SourceStatus.failed("/dev/kmsg: EPERM")}
+    assert counts(sources=failing_log) == (None, 1)
+    # ... and only the failing GPUs: who uses each GPU is still known.
+    published = node_meta(ledger(FREE, TAKEN, findings=faulty, sources=failing_log))
+    assert (published[UNACCOUNTED_GPUS], published[UNKNOWN_GPUS]) == ("1", "0")
+    # NVML hands the Xid errors over, and the kernel log is off: nothing unknown.
+    assert counts(sources={**UP, SourceName.KERNEL_LOG: SourceStatus.off()}) == (1, 1)
+    # Nomad unread, off, or without a word on the node's devices: nothing was compared.
+    assert counts(sources={**UP, SourceName.NOMAD: SourceStatus.failed("403")}) == (1, None)
+    assert counts(sources={**UP, SourceName.NOMAD: SourceStatus.off()}) == (1, None)
+    assert counts(devices_known=False) == (1, None)
+    # Docker failing blinds the attribution (the first two keys), not the cards' faults.
+    docker = {**UP, SourceName.DOCKER: SourceStatus.failed("socket gone")}
+    published = node_meta(ledger(FREE, TAKEN, findings=faulty, sources=docker))
+    assert published[UNACCOUNTED_GPUS] == "unknown"
+    assert (published[UNHEALTHY], published[UNSCHEDULED]) == ("1", "1")
+
+
+def test_an_unknown_fault_count_is_published_as_unknown_never_0() -> None:
+    blind = {**UP, SourceName.GPU: SourceStatus.failed("no driver")}
+    published = node_meta(ledger(sources=blind))  # no GPU read, no finding: still not "0"
+    assert (published[UNHEALTHY], published[UNSCHEDULED]) == ("unknown", "unknown")
+
+
+def test_fault_counts_of_other_findings_than_the_ledgers_own() -> None:
+    # The fleet counts what its own policy judged of a ledger, by the same rule.
+    lg = ledger(FREE, TAKEN, findings=(unhealthy(TAKEN.uuid),))
+    assert fault_counts(lg, ()).unhealthy == 0
+    assert fault_counts(lg, [unhealthy(FREE.uuid), unhealthy(TAKEN.uuid)]).unhealthy == 2
 
 
 def test_every_key_is_owned_under_the_prefix_and_a_valid_dotted_identifier() -> None:
@@ -251,6 +340,8 @@ def test_it_writes_once_per_change_and_never_touches_another_key(fake: FakeNomad
         UNACCOUNTED_GPUS: "1",
         UNKNOWN_GPUS: "0",
         WORST_LEVEL: "OK",
+        UNHEALTHY: "0",
+        UNSCHEDULED: "0",
         CHANGED_AT: "2026-11-30T12:00:05Z",
     }
     offer_and_step(pub, ledger(FREE, card(2, GpuState.FREE), at=T0 + EVERY), times=20)
@@ -258,6 +349,24 @@ def test_it_writes_once_per_change_and_never_touches_another_key(fake: FakeNomad
     assert fake.node_meta()[UNACCOUNTED_GPUS] == "0"
     assert fake.node_meta()[CHANGED_AT] == "2026-11-30T12:00:20Z"
     assert {k: v for k, v in fake.node_meta().items() if k not in KEYS} == before
+
+
+def test_a_failing_card_is_published_and_its_repair_too(fake: FakeNomad) -> None:
+    pub = publisher(fake)
+    offer_and_step(pub, ledger(FREE, TAKEN))
+    assert (fake.node_meta()[UNHEALTHY], fake.node_meta()[UNSCHEDULED]) == ("0", "0")
+    failing = ledger(FREE, TAKEN, findings=(unhealthy(FREE.uuid),), at=T0 + EVERY)
+    offer_and_step(pub, failing, times=5)
+    assert posts(fake) == 2  # once when it failed, not once a step
+    assert owned(fake.node_meta())[UNHEALTHY] == "1"
+    assert fake.node_meta()[CHANGED_AT] == "2026-11-30T12:00:20Z"
+    blind = {**UP, SourceName.GPU: SourceStatus.failed("no driver")}
+    offer_and_step(pub, ledger(sources=blind, at=T0 + 2 * EVERY))
+    assert (fake.node_meta()[UNHEALTHY], fake.node_meta()[UNSCHEDULED]) == ("unknown", "unknown")
+    offer_and_step(pub, ledger(FREE, TAKEN, at=T0 + 3 * EVERY))
+    assert fake.node_meta()[UNHEALTHY] == "0"
+    # What the scheduler reads in a constraint is the node's Meta, not only the client's.
+    assert fake.scheduler_meta()[UNHEALTHY] == "0"
 
 
 def test_a_restart_that_finds_its_own_values_writes_nothing(fake: FakeNomad) -> None:
@@ -425,9 +534,10 @@ def test_the_docs_page_shows_the_meta_policy_the_constraint_and_every_key() -> N
     assert parse_policy(policy.read_text()).node == "write"
     read_only = parse_policy((DEPLOY / "gpuledger.policy.hcl").read_text())
     assert read_only.node == "read"  # the read-only policy stays read-only
-    (constraint,) = [b for b in blocks if b.startswith("constraint {")]
-    assert f'attribute = "${{meta.{UNACCOUNTED_GPUS}}}"' in constraint
-    assert 'value     = "0"' in constraint
+    constraints = [b for b in blocks if b.startswith("constraint {")]
+    for key in (UNACCOUNTED_GPUS, UNHEALTHY):
+        (constraint,) = [c for c in constraints if f'attribute = "${{meta.{key}}}"' in c]
+        assert 'value     = "0"' in constraint
     for key in KEYS:
         assert f"| `{key}` |" in text
     assert f"nomad node meta apply -unset\n{','.join(KEYS)}`" in text

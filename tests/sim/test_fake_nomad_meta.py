@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import requests
 
+from gpuledger.model.meta_keys import CHANGED_AT, KEYS, UNHEALTHY, UNSCHEDULED, WORST_LEVEL
 from gpuledger.sim.nomad_api import FakeNomad
 from tests.fakes.nomad_acl import AclAccess
 from tests.paths import FIXTURES
@@ -147,6 +148,17 @@ def test_keys_must_be_dotted_hcl_identifiers(fake: FakeNomad, key: str) -> None:
 )
 def test_valid_keys_are_set(fake: FakeNomad, key: str) -> None:
     assert apply(fake, {key: "v"}).json()["Meta"][key] == "v"
+
+
+def test_every_key_gpuledger_owns_is_one_nomad_takes_with_its_unknown_too(fake: FakeNomad) -> None:
+    # What serve --publish-node-meta sends first on a node whose driver is gone: all six keys
+    # in one request (Nomad takes all or nothing), counts it cannot vouch for as "unknown".
+    sent = dict.fromkeys(KEYS, "unknown")
+    sent[WORST_LEVEL], sent[CHANGED_AT] = "ERROR", "2026-12-02T10:00:00Z"
+    assert {UNHEALTHY, UNSCHEDULED} <= set(KEYS)
+    answer = apply(fake, sent)
+    assert answer.status_code == 200
+    assert {k: v for k, v in answer.json()["Meta"].items() if k in KEYS} == sent
 
 
 def test_go_matches_json_field_names_in_any_case(fake: FakeNomad) -> None:

@@ -3,9 +3,12 @@
 A ledger may be as large as the reader's cap (32 MiB) and still describe what no node has:
 340,000 host processes on one GPU, 50,000 GPUs. The fleet judges at most ``MAX_UNITS`` GPUs
 and MIG instances per node, ``MAX_TENANTS`` processes per GPU (and of processes on GPUs the
-driver did not list, of devices Nomad reserved that are gone) and keeps at most
-``MAX_FINDINGS`` findings per node; jobs per node are bounded by its units (each unit has one
-owner). What is cut is said once, in one finding that names the node (``core/fleet_join.py``).
+driver did not list, of devices Nomad reserved that are gone, of GPUs the driver lost), the
+latest ``MAX_XIDS`` Xid errors, and keeps at most ``MAX_FINDINGS`` findings per node; jobs per
+node are bounded by its units (each unit has one owner). Nomad's devices are never cut: a list
+cut short would make the GPUs past the cut look unscheduled, so more than ``MAX_UNITS`` of them
+are judged as no word on devices at all. What is cut is said once, in one finding that names
+the node (``core/fleet_join.py``).
 
 ``merge_targets`` reads each discovered URL once, however many times discovery lists it.
 """
@@ -25,6 +28,9 @@ MAX_TENANTS = 64
 """Processes judged per GPU or MIG instance."""
 MAX_FINDINGS = 256
 """Findings kept per node, the one that says what was cut included."""
+MAX_XIDS = 1024
+"""Xid errors judged per node (the latest): a card that logs one a second for a day still
+has its newest judged."""
 
 
 def _gpu_bounded(lgpu: LedgerGpu, cut: list[str]) -> LedgerGpu:
@@ -65,9 +71,28 @@ def bound_ledger(ledger: Ledger) -> tuple[Ledger, tuple[str, ...]]:
     if len(unlisted) > MAX_TENANTS:
         cut.append(f"{len(unlisted)} processes on GPUs the driver did not list")
         unlisted = unlisted[:MAX_TENANTS]
+    lost, xids, devices = ledger.lost, ledger.xids, ledger.devices
+    if len(lost) > MAX_TENANTS:
+        cut.append(f"{len(lost)} GPUs the driver lost")
+        lost = lost[:MAX_TENANTS]
+    if len(xids) > MAX_XIDS:
+        cut.append(f"{len(xids)} Xid errors")
+        xids = xids[-MAX_XIDS:]
+    if devices is not None and len(devices) > MAX_UNITS:
+        cut.append(f"{len(devices)} devices Nomad lists (not compared)")
+        devices = None
     if not cut:
         return ledger, ()
-    bounded = replace(ledger, gpus=tuple(gpus), missing=missing, unlisted=unlisted, findings=())
+    bounded = replace(
+        ledger,
+        gpus=tuple(gpus),
+        missing=missing,
+        unlisted=unlisted,
+        lost=lost,
+        xids=xids,
+        devices=devices,
+        findings=(),
+    )
     return bounded, tuple(cut)
 
 

@@ -4,14 +4,16 @@ Two functions and nothing that reads a source or the clock:
 
 - ``judge_ledger`` judges one node's ledger again with the fleet's one policy, its durations
   taken from the ledger's ``stateSince``, and keeps only what the fleet needs of it (counts,
-  findings) with the moment its judgement could next change without its ledger changing;
+  its failing GPUs and unschedulable devices, findings) with the moment its judgement could
+  next change without its ledger changing;
 - ``reconcile_fleet`` matches each controller to a Nomad node by the node discovery registers
   it on (a Nomad service registration's ``NodeID``, Consul's meta), else by the ``nomadNodeId``
   its own ledger reports (never by address); a ledger that contradicts its registration, or
   lists more GPUs than Nomad fingerprinted, is not trusted; of several controllers claiming one
   node the one discovery vouches for is kept, and a node's GPUs count once; it finds the GPU
   nodes with no reachable controller (``controller-missing``), lists down nodes without
-  flagging them, and counts it all.
+  flagging them, and counts it all: a node it could not read or trust has unknown fault
+  counts, never zero.
 
 ``Shard`` splits a fleet between instances by a stable hash of each node's Nomad node id.
 """
@@ -37,6 +39,7 @@ from gpuledger.model.fleet_values import (
     NodeStatus,
     NodeSummary,
 )
+from gpuledger.model.meta_keys import fault_counts
 from gpuledger.policy.evaluate import evaluate
 from gpuledger.policy.rules import Policy
 
@@ -142,7 +145,13 @@ def judge_ledger(
     (what the fleet saw at its previous sweeps). A finding keeps the ``since`` the node gave
     the same finding (same code, GPU and subject but the PID). A ledger over the fleet's bounds
     (``core/fleet_bounds.py``) is judged cut to them, and one finding says what was cut.
+
+    Its failing GPUs and unschedulable devices are counted from the findings the fleet's
+    policy made (``meta_keys.fault_counts``, the rule the node publishes by): unknown where
+    the node's sources could not say, and the failing GPUs unknown too where GPUs the driver
+    listed or lost were cut (the ones past the bounds were not judged).
     """
+    given = ledger
     ledger, cut = bound_ledger(ledger)
     held = {}
     for unit in ledger.units():
@@ -157,16 +166,25 @@ def judge_ledger(
         held_idle=held,
     )
     opened = {(f.code, f.gpu, _bare(f.subject)): f.since for f in ledger.findings if f.since}
-    findings, left_out = bound_findings(
-        [
-            replace(f, since=opened.get((f.code, f.gpu, _bare(f.subject))))
-            for f in evaluate(ledger, policy, since, now)
-        ]
-    )
+    judged = [
+        replace(f, since=opened.get((f.code, f.gpu, _bare(f.subject))))
+        for f in evaluate(ledger, policy, since, now)
+    ]
+    faults = fault_counts(ledger, judged)
+    findings, left_out = bound_findings(judged)
     if cut or left_out:
         findings = (*findings, *_over_bounds(policy, ledger, cut, left_out))
+    whole = len(ledger.gpus) == len(given.gpus) and len(ledger.lost) == len(given.lost)
     gpus, jobs = _counts(ledger)
-    summary = NodeSummary(node=ledger.node, at=ledger.at, gpus=gpus, jobs=jobs, findings=findings)
+    summary = NodeSummary(
+        node=ledger.node,
+        at=ledger.at,
+        gpus=gpus,
+        jobs=jobs,
+        findings=findings,
+        unhealthy=faults.unhealthy if whole else None,
+        unscheduled=faults.unscheduled,
+    )
     return Judgement(summary, _recheck(ledger, policy, since, now), held)
 
 
@@ -261,6 +279,9 @@ class _Row:
         by_level: dict[Level, int] = {}
         for f in findings:
             by_level[f.level] = by_level.get(f.level, 0) + 1
+        # Counts only from a ledger read and trusted: any other row's are unknown, never 0.
+        trusted = self.counted and self.status is NodeStatus.OK and self.read is not None
+        summary = self.read.summary if trusted and self.read else None
         return FleetNode(
             name=self.name,
             nomad_node_id=self.node_id,
@@ -273,7 +294,19 @@ class _Row:
             worst=max((f.level for f in findings), default=Level.OK),
             gpus=self.gpus(),
             findings=by_level,
+            unhealthy=summary.unhealthy if summary else None,
+            unscheduled=summary.unscheduled if summary else None,
+            counted=self.counted_faults(),
         )
+
+    def counted_faults(self) -> bool:
+        """Whether its fault counts go into the totals, known or unknown: as its GPUs do — a
+        row read, or one whose GPUs the fleet knows of (Nomad's count, a stale ledger's) and
+        counts as unknown; not a down node, a second controller, nor a controller that never
+        answered for any node the fleet knows (its node, if any, has a row of its own)."""
+        if not self.counted or self.status is NodeStatus.DOWN:
+            return False
+        return self.status is NodeStatus.OK or bool(self.gpus())
 
 
 class _Reconcile:

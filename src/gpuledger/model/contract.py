@@ -152,7 +152,12 @@ def _xid_doc(e: XidEvent) -> dict[str, object]:
 
 
 def _lost_doc(card: LostGpu) -> dict[str, object]:
-    return {"pciBusId": card.pci_bus_id, "index": card.index, "message": card.message}
+    return {
+        "pciBusId": card.pci_bus_id,
+        "index": card.index,
+        "uuid": card.uuid,
+        "message": card.message,
+    }
 
 
 def _device_doc(d: NomadDevice) -> dict[str, object]:
@@ -267,11 +272,19 @@ def _fleet_node_doc(n: FleetNode) -> dict[str, object]:
         "worst": n.worst.name,
         "gpus": _by_state(n.gpus),
         "findings": _by_level(n.findings),
+        "unhealthyGpus": n.unhealthy,
+        "unscheduledDevices": n.unscheduled,
     }
 
 
 def fleet_doc(fleet: Fleet) -> dict[str, object]:
-    """The fleet document of ``fleet ls --json`` and ``/fleet``."""
+    """The fleet document of ``fleet ls --json`` and ``/fleet``.
+
+    A node's ``unhealthyGpus`` and ``unscheduledDevices`` are ``null`` where unknown (its
+    ledger not read or trusted, or its sources could not say); the totals add the known ones
+    and count the nodes that could not say (``…UnknownNodes``).
+    """
+    faults = fleet.fault_totals()
     return {
         "schema": SCHEMA,
         "at": iso_time(fleet.at),
@@ -285,6 +298,10 @@ def fleet_doc(fleet: Fleet) -> dict[str, object]:
         "totals": {
             "nodes": {status.value: n for status, n in fleet.node_totals().items()},
             "gpus": _by_state(fleet.gpu_totals()),
+            "unhealthyGpus": faults.unhealthy,
+            "unhealthyUnknownNodes": faults.unhealthy_unknown_nodes,
+            "unscheduledDevices": faults.unscheduled,
+            "unscheduledUnknownNodes": faults.unscheduled_unknown_nodes,
         },
         "findings": _fleet_findings(fleet),
     }

@@ -17,14 +17,17 @@ from typing import Any, TypeVar
 
 from gpuledger.errors import ContractError, SchemaMismatchError, SourceName
 from gpuledger.model.contract import SCHEMA
-from gpuledger.model.health import GpuHealth, LostGpu, NomadDevice, XidEvent
 from gpuledger.model.readings import (
     TICK_SOURCES,
     Container,
     Gpu,
+    GpuHealth,
     GpuProcess,
+    LostGpu,
     MigInstance,
+    NomadDevice,
     SourceStatus,
+    XidEvent,
 )
 from gpuledger.model.text import excerpt, is_text
 from gpuledger.model.values import (
@@ -48,6 +51,8 @@ _STATES = {s.value: s for s in GpuState}
 _VERDICTS = {v.value: v for v in Verdict}
 _REASONS = {r.value: r for r in Reason}
 _SOURCES = {s.value: s for s in TICK_SOURCES}
+"""The sources a ledger's ``sources`` may name: a tick's, the kernel log among them (issue 25;
+what its failing leaves unknown is ``meta_keys.fault_counts``'s rule)."""
 _CODES = {c.value: c for c in Code}
 _LEVELS = {level.name: level for level in Level}
 _RUNTIMES = ("docker", "podman")
@@ -300,7 +305,7 @@ def _instance(
         compute_instance_id=_field(i, "computeInstanceId", _OPT_INT, where),
         memory_used_mib=_field(i, "memoryUsedMiB", _OPT_INT, where),
         memory_total_mib=_field(i, "memoryTotalMiB", _OPT_INT, where),
-        health=_health(i.get("health"), f"{where}.health"),
+        health=_health(i, where),
     )
     reservation = _reservation(i, where)
     return LedgerInstance(
@@ -311,6 +316,38 @@ def _instance(
         tenants=_tenants(i, where, _Unit(reservation, sources)),
         state_since=_since(i, where),
     )
+
+
+_HEALTH_FIELDS: tuple[tuple[str, str, _Kind], ...] = (
+    ("eccUncorrectedVolatile", "ecc_uncorrected_volatile", _OPT_INT),
+    ("eccUncorrectedAggregate", "ecc_uncorrected_aggregate", _OPT_INT),
+    ("eccCorrectedVolatile", "ecc_corrected_volatile", _OPT_INT),
+    ("retiredPagesSbe", "retired_pages_sbe", _OPT_INT),
+    ("retiredPagesDbe", "retired_pages_dbe", _OPT_INT),
+    ("retiredPagesPending", "retired_pages_pending", _OPT_BOOL),
+    ("remappedRowsCorrectable", "remapped_rows_correctable", _OPT_INT),
+    ("remappedRowsUncorrectable", "remapped_rows_uncorrectable", _OPT_INT),
+    ("remappedRowsPending", "remapped_rows_pending", _OPT_BOOL),
+    ("remappedRowsFailure", "remapped_rows_failure", _OPT_BOOL),
+    ("pcieGen", "pcie_gen", _OPT_INT),
+    ("pcieGenMax", "pcie_gen_max", _OPT_INT),
+    ("pcieWidth", "pcie_width", _OPT_INT),
+    ("pcieWidthMax", "pcie_width_max", _OPT_INT),
+    ("hwSlowdown", "hw_slowdown", _OPT_BOOL),
+    ("powerBrake", "power_brake", _OPT_BOOL),
+)
+"""A GPU's ``health`` keys, each null when the driver did not report it: (key, field, kind)."""
+
+
+def _health(doc: Mapping[str, Any], where: str) -> GpuHealth | None:
+    """A GPU's (or MIG instance's) ``health``: ``None`` when null or absent (a controller
+    before issue 25 reads no health: unknown, never healthy); each field checked on its own."""
+    value = doc.get("health")
+    if value is None:
+        return None
+    h = _obj(value, f"{where}.health")
+    at = f"{where}.health"
+    return GpuHealth(**{name: _field(h, key, kind, at) for key, name, kind in _HEALTH_FIELDS})
 
 
 def _gpu(doc: object, where: str, sources: Mapping[SourceName, SourceStatus]) -> LedgerGpu:
@@ -331,7 +368,7 @@ def _gpu(doc: object, where: str, sources: Mapping[SourceName, SourceStatus]) ->
         mig_enabled=_field(g, "migEnabled", _OPT_BOOL, where),
         mig_pending=_field(g, "migPending", _OPT_BOOL, where),
         pci_bus_id=_field(g, "pciBusId", _OPT_STR, where),
-        health=_health(g.get("health"), f"{where}.health"),
+        health=_health(g, where),
     )
     # A controller older than MIG support sends no "instances": a list of none.
     instances = g.get("instances") or []
@@ -351,80 +388,6 @@ def _gpu(doc: object, where: str, sources: Mapping[SourceName, SourceStatus]) ->
     )
 
 
-_HEALTH_COUNTS = {
-    "eccUncorrectedVolatile": "ecc_uncorrected_volatile",
-    "eccUncorrectedAggregate": "ecc_uncorrected_aggregate",
-    "eccCorrectedVolatile": "ecc_corrected_volatile",
-    "retiredPagesSbe": "retired_pages_sbe",
-    "retiredPagesDbe": "retired_pages_dbe",
-    "remappedRowsCorrectable": "remapped_rows_correctable",
-    "remappedRowsUncorrectable": "remapped_rows_uncorrectable",
-    "pcieGen": "pcie_gen",
-    "pcieGenMax": "pcie_gen_max",
-    "pcieWidth": "pcie_width",
-    "pcieWidthMax": "pcie_width_max",
-}
-_HEALTH_FLAGS = {
-    "retiredPagesPending": "retired_pages_pending",
-    "remappedRowsPending": "remapped_rows_pending",
-    "remappedRowsFailure": "remapped_rows_failure",
-    "hwSlowdown": "hw_slowdown",
-    "powerBrake": "power_brake",
-}
-
-
-def _health(doc: object, where: str) -> GpuHealth | None:
-    """A card's ``health`` (issue 25; absent from older controllers' documents: unknown)."""
-    if doc is None:
-        return None
-    h = _obj(doc, where)
-    values: dict[str, Any] = {f: _field(h, k, _OPT_INT, where) for k, f in _HEALTH_COUNTS.items()}
-    values |= {f: _field(h, k, _OPT_BOOL, where) for k, f in _HEALTH_FLAGS.items()}
-    return GpuHealth(**values)
-
-
-def _xid(doc: object, where: str) -> XidEvent:
-    x = _obj(doc, where)
-    return XidEvent(
-        pci=_field(x, "pci", _STR, where),
-        xid=_field(x, "xid", _INT, where),
-        at=parse_time(x.get("at"), f"{where}.at"),
-        detail=_field(x, "detail", _STR, where),
-        pid=_field(x, "pid", _OPT_INT, where),
-        process=_field(x, "process", _OPT_STR, where),
-        source=_field(x, "source", _STR, where),
-    )
-
-
-def _lost(doc: object, where: str) -> LostGpu:
-    d = _obj(doc, where)
-    return LostGpu(
-        pci_bus_id=_field(d, "pciBusId", _OPT_STR, where),
-        message=_field(d, "message", _STR, where),
-        index=_field(d, "index", _OPT_INT, where),
-    )
-
-
-def _devices(top: Mapping[str, Any]) -> tuple[NomadDevice, ...] | None:
-    """``nomadDevices``: ``null`` (or absent, from an older controller) is no word on them."""
-    if top.get("nomadDevices") is None:
-        return None
-    found = []
-    for n, doc in enumerate(_optional_list(top, "nomadDevices")):
-        where = f"nomadDevices[{n}]"
-        d = _obj(doc, where)
-        found.append(
-            NomadDevice(
-                id=_field(d, "id", _STR, where),
-                name=_field(d, "name", _STR, where),
-                healthy=_field(d, "healthy", _OPT_BOOL, where),
-                health_description=_field(d, "healthDescription", _STR, where),
-                pci_bus_id=_field(d, "pciBusId", _OPT_STR, where),
-            )
-        )
-    return tuple(found)
-
-
 def _missing(doc: object, where: str) -> MissingDevice:
     d = _obj(doc, where)
     reservation = _alloc(d.get("reservation"), f"{where}.reservation", "allocId")
@@ -441,6 +404,51 @@ def _unlisted(doc: object, where: str) -> GpuProcess:
         process_name=_field(p, "process", _OPT_STR, where),
         used_memory_mib=_field(p, "usedMemoryMiB", _OPT_INT, where),
     )
+
+
+def _xid(doc: object, where: str) -> XidEvent:
+    x = _obj(doc, where)
+    return XidEvent(
+        pci=_field(x, "pci", _STR, where),
+        xid=_field(x, "xid", _INT, where),
+        at=parse_time(x.get("at"), f"{where}.at"),
+        detail=_field(x, "detail", _OPT_STR, where) or "",
+        pid=_field(x, "pid", _OPT_INT, where),
+        process=_field(x, "process", _OPT_STR, where),
+        source=_field(x, "source", _OPT_STR, where) or "kernel-log",
+    )
+
+
+def _lost(doc: object, where: str) -> LostGpu:
+    d = _obj(doc, where)
+    return LostGpu(
+        pci_bus_id=_field(d, "pciBusId", _OPT_STR, where),
+        message=_field(d, "message", _STR, where),
+        index=_field(d, "index", _OPT_INT, where),
+        uuid=_field(d, "uuid", _OPT_STR, where),
+    )
+
+
+def _device(doc: object, where: str) -> NomadDevice:
+    d = _obj(doc, where)
+    return NomadDevice(
+        id=_field(d, "id", _STR, where),
+        name=_field(d, "name", _STR, where),
+        healthy=_field(d, "healthy", _OPT_BOOL, where),
+        health_description=_field(d, "healthDescription", _OPT_STR, where) or "",
+        pci_bus_id=_field(d, "pciBusId", _OPT_STR, where),
+    )
+
+
+def _devices(top: Mapping[str, Any]) -> tuple[NomadDevice, ...] | None:
+    """Nomad's devices on the node: ``None`` when null or absent (no word on devices — before
+    Nomad 0.9, its node unread, or a controller before issue 25), never an empty list."""
+    value = top.get("nomadDevices")
+    if value is None:
+        return None
+    if type(value) is not list:
+        raise _fail("nomadDevices", _LIST.expected, value)
+    return tuple(_device(d, f"nomadDevices[{i}]") for i, d in enumerate(value))
 
 
 def _optional_list(top: Mapping[str, Any], key: str) -> list[Any]:
@@ -497,8 +505,8 @@ def parse_ledger(doc: object) -> Ledger:
 
     Keys added within schema 1 are optional: a document of an earlier build lacks them
     (``verdict``, ``reason``, ``encoderSessionCap``, ``migEnabled``, ``migPending``,
-    ``instances``, ``missingDevices``, ``unlistedProcesses``, and issue 25's ``pciBusId``,
-    ``health``, ``lostGpus``, ``xids``, ``nomadDevices``), and what they say is derived
+    ``instances``, ``missingDevices``, ``unlistedProcesses``; issue 25's ``pciBusId``,
+    ``health``, ``xids``, ``lostGpus``, ``nomadDevices``), and what they say is derived
     (a tenant's verdict) or unknown (``null``, none).
     """
     top = _obj(doc, "document")

@@ -106,6 +106,11 @@ class NodeSummary:
     gpus: Mapping[GpuState, int]
     jobs: Mapping[JobRef, Mapping[GpuState, int]]
     findings: tuple[Finding, ...]
+    unhealthy: int | None = None
+    """Its failing GPUs: the distinct GPUs of its ``gpu-unhealthy`` findings; ``None``:
+    unknown (``meta_keys.fault_counts``: the rule the node publishes by)."""
+    unscheduled: int | None = None
+    """Its devices Nomad cannot schedule (``device-unscheduled``); ``None``: unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +165,27 @@ class FleetNode:
     worst: Level
     gpus: Mapping[GpuState, int]
     findings: Mapping[Level, int]
+    unhealthy: int | None = None
+    """Its failing GPUs; ``None``: unknown — its ledger was not read or trusted, or could not
+    say (its GPU source or kernel log failing). Never 0 for a node that could not say."""
+    unscheduled: int | None = None
+    """Its GPUs and MIG instances the driver lists and Nomad did not fingerprint; ``None``:
+    unknown, as for ``unhealthy`` (and while Nomad gave the node no word on devices)."""
+    counted: bool = True
+    """Its fault counts go into the fleet's totals (an unknown as an unknown node), as its GPUs
+    do: not a down node (out of service), a second controller of a node that has its own row,
+    nor a controller that answered for no node the fleet knows of."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultTotals:
+    """The fleet's failing GPUs and unschedulable devices, and how many counted nodes could
+    not say (each an unknown, never a 0 added in)."""
+
+    unhealthy: int
+    unhealthy_unknown_nodes: int
+    unscheduled: int
+    unscheduled_unknown_nodes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +224,17 @@ class Fleet:
         for node in self.nodes:
             totals[node.status] += 1
         return totals
+
+    def fault_totals(self) -> FaultTotals:
+        """The counted nodes' failing GPUs and unschedulable devices, in all; a node that
+        cannot say adds to the unknown nodes instead."""
+        counted = [n for n in self.nodes if n.counted]
+        return FaultTotals(
+            unhealthy=sum(n.unhealthy or 0 for n in counted),
+            unhealthy_unknown_nodes=sum(n.unhealthy is None for n in counted),
+            unscheduled=sum(n.unscheduled or 0 for n in counted),
+            unscheduled_unknown_nodes=sum(n.unscheduled is None for n in counted),
+        )
 
     def gpu_totals(self) -> dict[GpuState, int]:
         """How many GPUs of the fleet are in each state (every state, zeros included)."""

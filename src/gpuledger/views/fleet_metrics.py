@@ -3,6 +3,12 @@
 Several fleet instances (``--shard K/N``) each export their share; Prometheus sums them
 (``sum(gpuledger_fleet_gpus) by (state)``). The Nomad job label is ``nomad_job``, never ``job``.
 
+A node's failing GPUs and the devices Nomad cannot schedule on it
+(``gpuledger_fleet_gpus_unhealthy{node}``, ``gpuledger_fleet_devices_unscheduled{node}``)
+have a sample only where the node can say: a node whose ledger was not read or trusted, or
+whose sources could not say, has none (an absent series, never a 0 that would read as
+healthy), and ``gpuledger_fleet_fault_unknown_nodes{count}`` says how many such nodes there are.
+
 The watches on Nomad (``fleet serve``) are ``gpuledger_nomad_*``, the names the node controller
 gives its own watch, each with the ``endpoint`` it watches (``/v1/nodes``, ``/v1/service/<name>``).
 """
@@ -41,6 +47,7 @@ class FleetCollector:
         if self.snapshot is not None:
             yield from _count_families(self.snapshot.fleet)
             yield from _node_families(self.snapshot.fleet)
+            yield from _fault_families(self.snapshot.fleet)
             yield _finding_open_family(self.snapshot.fleet)
             yield from _sweep_families(self.snapshot)
             if self.snapshot.watches:
@@ -114,6 +121,38 @@ def _node_families(fleet: Fleet) -> Iterator[Metric]:
     for name, status in fleet.sources.items():
         sources.add_metric([name.value], 0.0 if status.failing else 1.0)
     yield sources
+
+
+def _fault_families(fleet: Fleet) -> Iterator[Metric]:
+    """Each counted node's failing GPUs and unschedulable devices, where it can say; and how
+    many counted nodes cannot, by count."""
+    unhealthy = _gauge(
+        "gpus_unhealthy",
+        "GPUs of each node the driver reports failing (gpu-unhealthy); absent: unknown.",
+        ["node"],
+    )
+    unscheduled = _gauge(
+        "devices_unscheduled",
+        "GPUs and MIG instances of each node that Nomad did not fingerprint "
+        "(device-unscheduled); absent: unknown.",
+        ["node"],
+    )
+    for label, node in zip(_node_labels(fleet), fleet.nodes, strict=True):
+        if node.counted and node.unhealthy is not None:
+            unhealthy.add_metric([label], float(node.unhealthy))
+        if node.counted and node.unscheduled is not None:
+            unscheduled.add_metric([label], float(node.unscheduled))
+    yield unhealthy
+    yield unscheduled
+    totals = fleet.fault_totals()
+    unknown = _gauge(
+        "fault_unknown_nodes",
+        "Counted nodes that cannot say how many of their GPUs are unhealthy or unscheduled.",
+        ["count"],
+    )
+    unknown.add_metric(["gpus_unhealthy"], float(totals.unhealthy_unknown_nodes))
+    unknown.add_metric(["devices_unscheduled"], float(totals.unscheduled_unknown_nodes))
+    yield unknown
 
 
 def _finding_open_family(fleet: Fleet) -> GaugeMetricFamily:

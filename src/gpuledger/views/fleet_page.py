@@ -7,6 +7,10 @@ drift (unaccounted GPUs), each named with a link to its own controller's page (o
 their own, the nodes whose GPUs could not be read (controllers unreachable, missing, stale or on
 another schema; nodes Nomad says are down), worst first, each with why; and the fleet's
 findings. A very large fleet shows its first rows and says how many more ``/fleet`` lists.
+
+Every node's row says its health: how many of its GPUs are failing and how many devices Nomad
+cannot schedule, or that it cannot say (``unknown``, never a reassuring zero); the totals add
+them up and count the nodes that could not say.
 """
 
 from __future__ import annotations
@@ -67,6 +71,24 @@ class NodeRow:
     """Its waste and drift in words: ``2 reserved-idle · 1 held-idle · 1 unaccounted``."""
     idle: int = 0
     """Its idle GPUs: reserved-idle, and held-idle."""
+    health: str = "unknown"
+    """Its failing GPUs and unschedulable devices in few words: ``1 failing · 2 unscheduled``,
+    ``? failing``, ``no fault``, ``unknown``; ``-`` where it is not counted (down, or a
+    second controller)."""
+    health_title: str = ""
+    """The same in full (the cell's tooltip)."""
+    failing: int = 0
+    """Its failing GPUs (0 where unknown): what marks the row."""
+
+
+@dataclass(frozen=True)
+class FleetHealth:
+    """The fleet's failing GPUs and unschedulable devices, as the first screen says them."""
+
+    unhealthy: int
+    unscheduled: int
+    unknown: int
+    """Counted nodes that cannot say one of the two."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +174,49 @@ def _waste_words(node: FleetNode, held_idle: int) -> str:
     return " · ".join(f"{n} {what}" for n, what in parts if n) or "none"
 
 
+def health_words(node: FleetNode) -> str:
+    """A node's failing GPUs and the devices Nomad cannot schedule on it, in few words (the
+    cell must not widen a row): each count that is not 0, ``?`` for one it cannot say, never
+    left out (a count left out would read as none); ``no fault``, ``unknown`` where both are
+    0 or both unknown. ``health_title`` says it in full."""
+    if not node.counted:
+        return "-"
+    if node.unhealthy is None and node.unscheduled is None:
+        return "unknown"
+    parts = []
+    if node.unhealthy is None:
+        parts.append("? failing")
+    elif node.unhealthy:
+        parts.append(f"{node.unhealthy} failing")
+    if node.unscheduled is None:
+        parts.append("? unscheduled")
+    elif node.unscheduled:
+        parts.append(f"{node.unscheduled} unscheduled")
+    return " · ".join(parts) or "no fault"
+
+
+def _told(n: int | None, one: str, many: str, unknown: str) -> str:
+    return unknown if n is None else f"{n} {one if n == 1 else many}"
+
+
+def health_title(node: FleetNode) -> str:
+    """``health_words`` in full, for the cell's tooltip."""
+    if not node.counted:
+        return "not counted: the node is down, or another row stands for it"
+    failing = _told(node.unhealthy, "failing GPU", "failing GPUs", "failing GPUs unknown")
+    devices = _told(node.unscheduled, "device Nomad cannot schedule",
+                    "devices Nomad cannot schedule",
+                    "devices Nomad cannot schedule unknown")  # fmt: skip
+    return f"{failing}; {devices}"
+
+
+def fleet_health(fleet: Fleet) -> FleetHealth:
+    """The totals of the fleet's failing GPUs and unschedulable devices."""
+    totals = fleet.fault_totals()
+    unknown = sum(n.counted and (n.unhealthy is None or n.unscheduled is None) for n in fleet.nodes)
+    return FleetHealth(totals.unhealthy, totals.unscheduled, unknown)
+
+
 def node_row(node: FleetNode, held_idle: int = 0) -> NodeRow:
     """A node with its link (an ``http(s)`` URL only), status, GPUs, waste and findings."""
     nomad = node.nomad_status or "not in Nomad"
@@ -176,6 +241,9 @@ def node_row(node: FleetNode, held_idle: int = 0) -> NodeRow:
         why=node.error,
         waste=_waste_words(node, held_idle),
         idle=node_waste(node, held_idle),
+        health=health_words(node),
+        health_title=health_title(node),
+        failing=(node.unhealthy or 0) if node.counted else 0,
     )
 
 
@@ -256,6 +324,7 @@ def render_fleet_page(snap: FleetSnapshot, refresh: bool = True) -> bytes:
             gpu_count=sum(gpu_totals.values()),
             node_totals=[(s.value, n) for s, n in fleet.node_totals().items() if n],
             node_count=len(fleet.nodes),
+            health=fleet_health(fleet),
             job_states=[s.value for s in JOB_STATES],
             findings=finding_rows(fleet.findings[:FINDING_LIMIT], _node_of, fleet.at),
             more_findings=max(0, len(fleet.findings) - FINDING_LIMIT),

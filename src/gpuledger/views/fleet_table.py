@@ -1,5 +1,9 @@
 """The human-readable fleet of ``fleet ls`` and ``fleet check``: nodes, then jobs, then totals.
 
+Each node's failing GPUs (``UNHEALTHY``) and devices Nomad cannot schedule (``UNSCHED``) are a
+number, ``?`` where the node could not say (never a 0 it cannot vouch for), or ``-`` where the
+node is not counted (down, or a second controller of a node with its own row).
+
 Every text is one a terminal can be written (``text_of``: a lone surrogate as its escape), the
 last guard behind the contract's boundary, which lets only text in.
 """
@@ -32,21 +36,28 @@ def _findings(node: FleetNode) -> str:
     return ", ".join(counts) or "-"
 
 
+def _fault(node: FleetNode, count: int | None) -> str:
+    if not node.counted:
+        return "-"
+    return "?" if count is None else str(count)
+
+
 def _why(node: FleetNode) -> str:
     text = node.error or ""
     return text if len(text) <= _WHY_WIDTH else text[: _WHY_WIDTH - 1] + "…"
 
 
 def _node_rows(fleet: Fleet) -> list[list[str]]:
-    header = ["NODE", "STATUS", "NOMAD", *(h for h, _ in _STATE_COLUMNS), "WORST", "FINDINGS",
-              "URL", "WHY"]  # fmt: skip
+    header = ["NODE", "STATUS", "NOMAD", *(h for h, _ in _STATE_COLUMNS), "UNHEALTHY", "UNSCHED",
+              "WORST", "FINDINGS", "URL", "WHY"]  # fmt: skip
     rows = [header]
     for n in fleet.nodes:
         nomad = n.nomad_status or "-"
         if n.eligible is False:
             nomad += ",ineligible"
-        rows.append([n.name, n.status.value, nomad, *_states(n.gpus), n.worst.name,
-                     _findings(n), n.url or "-", _why(n)])  # fmt: skip
+        rows.append([n.name, n.status.value, nomad, *_states(n.gpus), _fault(n, n.unhealthy),
+                     _fault(n, n.unscheduled), n.worst.name, _findings(n), n.url or "-",
+                     _why(n)])  # fmt: skip
     return rows
 
 
@@ -64,13 +75,21 @@ def _totals(fleet: Fleet) -> list[str]:
     sources = ", ".join(
         f"{name.value} {'FAILED' if s.failing else 'ok'}" for name, s in fleet.sources.items()
     )
+    faults = fleet.fault_totals()
     return [
         f"nodes: {sum(nodes.values())} ({node_parts or 'none'})",
         f"GPUs: {sum(gpus.values())} ({gpu_parts or 'none'})",
+        f"unhealthy GPUs: {faults.unhealthy}{_unknown(faults.unhealthy_unknown_nodes)}; "
+        f"unscheduled devices: {faults.unscheduled}"
+        f"{_unknown(faults.unscheduled_unknown_nodes)}",
         f"sources: {sources}",
         f"findings: {len(fleet.findings)} (worst: {fleet.worst.name}); "
         "gpuledger fleet check lists them",
     ]
+
+
+def _unknown(nodes: int) -> str:
+    return f" ({counted(nodes, 'node')} could not say)" if nodes else ""
 
 
 def render_fleet(fleet: Fleet) -> str:
