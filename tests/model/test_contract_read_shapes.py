@@ -142,7 +142,7 @@ def _docs_contract() -> str:
 def test_the_docs_show_the_complete_current_ledger_and_names_each_optional_key() -> None:
     section = _docs_contract()
     example = section[section.index("```json") : section.index("```\n", section.index("```json"))]
-    shown = set(re.findall(r'"(\w+)":', example))
+    shown = set(re.findall(r'"([\w-]+)":', example))
     assert _keys(_load(GOLDEN / "ls.json")) <= shown
     optional = section[section.index("**Keys a reader may find missing.**") :]
     added = _keys(_load(GOLDEN / "ls.json")) - _keys(_load(SHAPES / "ls-ef5de1e.json"))

@@ -103,7 +103,11 @@ def node_meta(ledger: Ledger) -> dict[str, str]:
     unaccounted = sum(u.state is GpuState.UNACCOUNTED for u in units)
     # The sources that decide who uses a GPU: the kernel log (its Xid errors) blinds only
     # the fault count, never the attribution.
-    blind = any(s.failing for name, s in ledger.sources.items() if name in TICK_SOURCES)
+    blind = any(
+        s.failing
+        for name, s in ledger.sources.items()
+        if name in TICK_SOURCES and name is not SourceName.KERNEL_LOG
+    )
     worst = max((f.level for f in ledger.findings if f.owner != OWNER), default=Level.OK)
     faults = fault_counts(ledger)
     return {

@@ -228,10 +228,9 @@ class FakeNomad(BlockingKnobs):
         self.node_id = node_id
         self.node_name = node_name
         self.gpus = tuple(gpus)
+        # UUID → the HealthDescription of a device the plugin reports unhealthy; → its bus id.
         self.unhealthy_devices: dict[str, str] = {}
-        """UUID → HealthDescription of the devices the plugin reports unhealthy."""
         self.device_buses: dict[str, str] = {}
-        """UUID → the PCI bus id the plugin gives a device (``Locality.PciBusID``)."""
         self.tls = tls
         self.unix_socket = unix_socket
         self.access: AccessControl = Access()

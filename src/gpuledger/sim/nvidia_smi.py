@@ -70,6 +70,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpuledger.sim.nvidia_smi_health import HEALTH_ALIASES, HEALTH_COLUMNS, refused
 from gpuledger.sim.nvidia_smi_xml import mig_devices, query_xml, word, xml_from_q
 
 ENV = "GPULEDGER_SIM_NVIDIA"
@@ -134,93 +135,13 @@ _GPU_COLUMNS: dict[str, tuple[str, Getter]] = {
 }
 
 
-def _known_reasons(gpu: dict[str, Any]) -> bool:
-    """Whether the card reports its clock-event reasons at all (one bitmask in NVML): the
-    thermal ones of the world say so, and the hardware ones are then known too."""
-    return gpu.get("hw_thermal_slowdown") is not None and gpu.get("sw_thermal_slowdown") is not None
-
-
-def _health(key: str, kind: str = "count") -> Getter:
-    """The cell of one ``GpuHealth`` field of a GPU's ``health``: ``[N/A]`` when left out,
-    ``[Not Supported]`` when named in ``health_unsupported``, ``Yes``/``No`` for a flag,
-    ``Active``/``Not Active`` for a clock-event reason (``Not Active`` by default where the
-    card reports its reasons)."""
-
-    def cell(g: dict[str, Any], s: dict[str, Any]) -> Any:
-        if key in g.get("health_unsupported", ()):
-            return "[Not Supported]"
-        health = g.get("health") or {}
-        value = health.get(key)
-        if kind == "reason":
-            if key not in health and _known_reasons(g):
-                value = False
-            return word(value, "Active", "Not Active")
-        if kind == "flag":
-            return word(value, "Yes", "No")
-        return value
-
-    return cell
-
-
-# --help-query-gpu of 590.48.01 (captures-nvidia_gpu_exporter/*/help-query-gpu.txt).
-_HEALTH_COLUMNS: dict[str, tuple[str, Getter]] = {
-    "ecc.errors.uncorrected.volatile.total": ("", _health("ecc_uncorrected_volatile")),
-    "ecc.errors.uncorrected.aggregate.total": ("", _health("ecc_uncorrected_aggregate")),
-    "ecc.errors.corrected.volatile.total": ("", _health("ecc_corrected_volatile")),
-    "retired_pages.single_bit_ecc.count": ("", _health("retired_pages_sbe")),
-    "retired_pages.double_bit.count": ("", _health("retired_pages_dbe")),
-    "retired_pages.pending": ("", _health("retired_pages_pending", "flag")),
-    "remapped_rows.correctable": ("", _health("remapped_rows_correctable")),
-    "remapped_rows.uncorrectable": ("", _health("remapped_rows_uncorrectable")),
-    "remapped_rows.pending": ("", _health("remapped_rows_pending", "flag")),
-    "remapped_rows.failure": ("", _health("remapped_rows_failure", "flag")),
-    "pcie.link.gen.current": ("", _health("pcie_gen")),
-    "pcie.link.gen.gpucurrent": ("", _health("pcie_gen")),
-    "pcie.link.gen.max": ("", _health("pcie_gen_max")),
-    "pcie.link.width.current": ("", _health("pcie_width")),
-    "pcie.link.width.max": ("", _health("pcie_width_max")),
-    "clocks_event_reasons.hw_slowdown": ("", _health("hw_slowdown", "reason")),
-    "clocks_event_reasons.hw_power_brake_slowdown": ("", _health("power_brake", "reason")),
-}
-_GPU_COLUMNS.update(_HEALTH_COLUMNS)
+_GPU_COLUMNS.update(HEALTH_COLUMNS)
 _GPU_ALIASES = {
     "gpu_uuid": "uuid",
     "gpu_name": "name",
     "gpu_bus_id": "pci.bus_id",
-    "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
-    "retired_pages.dbe": "retired_pages.double_bit.count",
-    "remapped_rows.sbe": "remapped_rows.correctable",
-    "remapped_rows.dbe": "remapped_rows.uncorrectable",
+    **HEALTH_ALIASES,
 }
-# What a driver before 535 refuses besides the event names (the 465.27 capture's help text).
-_LEGACY_REFUSED = ("pcie.link.gen.gpucurrent", "remapped_rows.")
-# ``health_refused`` groups → the fields (by prefix) a driver that lacks the group refuses.
-_HEALTH_GROUPS = {
-    "ecc": ("ecc.errors.",),
-    "retired": ("retired_pages.",),
-    "remap": ("remapped_rows.",),
-    "pcie": ("pcie.link.",),
-    "hw_reasons": (
-        "clocks_event_reasons.hw_slowdown",
-        "clocks_event_reasons.hw_power_brake_slowdown",
-        "clocks_throttle_reasons.hw_slowdown",
-        "clocks_throttle_reasons.hw_power_brake_slowdown",
-    ),
-    "bus": ("pci.bus_id", "gpu_bus_id"),
-}
-
-
-def _refused(name: str, state: dict[str, Any]) -> bool:
-    """Whether the synthetic driver knows no field ``name`` (``unknown_fields``,
-    ``health_refused``, or a legacy driver's missing names)."""
-    if name in state.get("unknown_fields", ()):
-        return True
-    prefixes = [p for group in state.get("health_refused", ()) for p in _HEALTH_GROUPS[group]]
-    if state.get("legacy_fields"):
-        prefixes += _LEGACY_REFUSED
-    return any(name.startswith(prefix) for prefix in prefixes)
-
-
 _APP_COLUMNS: dict[str, tuple[str, Getter]] = {
     "gpu_uuid": ("", lambda p, g: g["uuid"]),
     "gpu_name": ("", lambda p, g: g["name"]),
@@ -240,7 +161,7 @@ def _invalid(name: str) -> _ExitError:
 def _resolve_gpu_field(name: str, state: dict[str, Any]) -> tuple[str, str]:
     """(header shown, canonical key) for a --query-gpu field of the synthetic driver."""
     legacy = bool(state.get("legacy_fields"))
-    if _refused(name, state):
+    if refused(name, state):
         raise _invalid(name)
     if name.startswith("clocks_throttle_reasons."):
         key = "clocks_event_reasons." + name.removeprefix("clocks_throttle_reasons.")
