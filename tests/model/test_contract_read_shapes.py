@@ -147,6 +147,6 @@ def test_the_docs_show_the_complete_current_ledger_and_names_each_optional_key()
     optional = section[section.index("**Keys a reader may find missing.**") :]
     added = _keys(_load(GOLDEN / "ls.json")) - _keys(_load(SHAPES / "ls-ef5de1e.json"))
     added |= _keys(_load(GOLDEN / "mig-ls.json")) - _keys(_load(SHAPES / "ls-ef5de1e.json"))
-    named = set(re.findall(r"`(\w+)`", optional))
+    named = set(re.findall(r"`([\w-]+)`", optional))
     instance_keys = {"profile", "gpuInstanceId", "computeInstanceId"}
     assert added - instance_keys <= named, added - named
