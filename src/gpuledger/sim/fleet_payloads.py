@@ -93,7 +93,49 @@ def _gpu_doc(node: SimNode, gpu: SimGpu) -> dict[str, Any]:
         "encoderSessionCap": None,
         "reservation": reservation,
         "tenants": [_tenant(node, gpu)] if busy else [],
+        "pciBusId": f"00000000:{0x18 + gpu.index:02X}:00.0",
+        "health": _health(gpu),
     }
+
+
+def _fault(gpu: SimGpu) -> str | None:
+    """One card in about 23 fails (uncorrectable ECC errors), and one in 23 was never
+    fingerprinted by Nomad's device plugin: fixed by the card's UUID, not by the fleet's dice."""
+    roll = int(hashlib.sha256(gpu.uuid.encode()).hexdigest(), 16) % 23
+    return {0: "ecc", 1: "unfingerprinted"}.get(roll)
+
+
+def _health(gpu: SimGpu) -> dict[str, Any]:
+    """What the driver reports of the card's faults, as a sound H100 or H200 reports them."""
+    ecc = 2 if _fault(gpu) == "ecc" else 0
+    counts = dict.fromkeys(("eccCorrectedVolatile", "retiredPagesSbe", "retiredPagesDbe"), 0)
+    return {
+        "eccUncorrectedVolatile": ecc,
+        "eccUncorrectedAggregate": ecc,
+        **counts,
+        "retiredPagesPending": False,
+        "remappedRowsCorrectable": 0,
+        "remappedRowsUncorrectable": 0,
+        "remappedRowsPending": False,
+        "remappedRowsFailure": False,
+        "pcieGen": 5,
+        "pcieGenMax": 5,
+        "pcieWidth": 16,
+        "pcieWidthMax": 16,
+        "hwSlowdown": False,
+        "powerBrake": False,
+    }
+
+
+def _nomad_devices(node: SimNode) -> list[dict[str, Any]]:
+    """The devices Nomad's plugin fingerprinted: every card but the unfingerprinted ones, all
+    healthy (the stock plugin, ``fingerprint.go``, reports every device healthy)."""
+    return [
+        {"id": g.uuid, "name": g.card.removeprefix("NVIDIA "), "healthy": True,
+         "healthDescription": "", "pciBusId": f"00000000:{0x18 + g.index:02X}:00.0"}
+        for g in node.gpus
+        if _fault(g) != "unfingerprinted"
+    ]  # fmt: skip
 
 
 def _finding(node: SimNode, gpu: SimGpu, code: str, level: str, message: str,
@@ -141,8 +183,8 @@ def _findings(node: SimNode, at: float) -> list[dict[str, Any]]:
 
 def ledger_doc(node: SimNode, at: float) -> dict[str, Any]:
     """The ``/ledger`` document a node controller would answer now (README, JSON contract)."""
-    sources = {name: {"ok": True, "error": None, "enabled": True}
-               for name in ("gpu", "procfs", "docker", "podman", "nomad")}  # fmt: skip
+    names = ("gpu", "procfs", "docker", "podman", "nomad", "kernel-log")
+    sources = {name: {"ok": True, "error": None, "enabled": True} for name in names}
     node_id = sim_uuid(node.node_id, "unknown") if node.fault == "unknown-id" else node.node_id
     node_id = node.claims or node_id
     doc: dict[str, Any] = {
@@ -152,6 +194,9 @@ def ledger_doc(node: SimNode, at: float) -> dict[str, Any]:
         "sources": sources,
         "gpus": [_gpu_doc(node, g) for g in node.gpus],
         "findings": _findings(node, at),
+        "lostGpus": [],
+        "xids": [],
+        "nomadDevices": _nomad_devices(node),
     }
     if node.fault == "schema-2":
         # A later contract: the same identity block, GPUs moved elsewhere.

@@ -20,16 +20,18 @@ memory_used, memory_total}]; ``nvidia_xml_fault: garbage`` breaks its ``-q -x`` 
 what the demo shows.
 ``blink`` {id, namespace, job, group, tasks} is an allocation the demo starts and stops
 (``World.blink``), a change the node controller's watch on Nomad shows within a second.
-``drift`` [{title, add_processes, remove_processes, gpus: {uuid: changes}, xids}] lists the phases a
-demo cycles through, each a change of the node as the scenario begins (``drift_phases``).
+``drift`` [{title, add_processes, remove_processes, gpus: {uuid: changes}, xids}] lists the
+phases a demo cycles through, each a change of the node as the scenario begins
+(``drift_phases``).
 
 Health (issue 25): a GPU's ``pci_bus_id`` (``00000000:18:00.0`` on, by index, when left out)
 and its ``health`` {GpuHealth's field names} and ``lost`` are the fake nvidia-smi's; Nomad's
 device plugin fingerprints every GPU (on a card in MIG mode, its ``mig_devices``) but those with
 ``nomad_fingerprint: false``, and reports unhealthy those with ``nomad_unhealthy: <its
-HealthDescription>``. ``xids`` [{gpu: uuid, xid, ago: seconds, detail}] are the driver's Xid
-lines in the kernel log the world writes (``kmsg``, in ``/dev/kmsg``'s record format, dated by
-the ``btime`` of the fake ``<proc-root>/stat``); ``kernel_log: unreadable`` makes it a file
+HealthDescription>``. ``xids`` [{gpu: uuid, xid, ago: seconds, detail}, or {line, ago}: a
+line as a real log holds it] are the driver's Xid lines in the kernel log the world writes
+(``kmsg``, in ``/dev/kmsg``'s record format, dated by the ``btime`` of the fake
+``<proc-root>/stat``); ``kernel_log: unreadable`` makes it a file
 nobody may read; ``nvidia_health_refused`` [ecc, retired, remap, pcie, hw_reasons, bus] plays a
 driver that refuses those field groups.
 """
@@ -127,6 +129,7 @@ class World:
     kernel_log: Path = field(init=False)
     booted: int = field(init=False, default=0)
     """The fake machine's boot, in Unix seconds (``btime``): two days before the world began."""
+    _xid_at: dict[str, float] = field(init=False, default_factory=dict)
 
     @classmethod
     def start(cls, scenario: Scenario, directory: Path) -> World:
@@ -239,22 +242,34 @@ class World:
         (self.proc_root / "stat").write_text(
             f"cpu  1 0 1 100 0 0 0 0 0 0\nbtime {self.booted}\nprocesses 1\n", encoding="utf-8"
         )
-        bus = {g["uuid"]: g["pci_bus_id"] for g in gpus}
         records = ["6,1,1000000,-;Linux version 6.1.0-sim (gpuledger simulator)"]
-        now = time.time()
         for seq, event in enumerate(self.scenario.get("xids", []), start=2):
-            domain, bus_no, device = bus[event["gpu"]].split(".")[0].split(":")
-            usec = int((now - float(event.get("ago", 0)) - self.booted) * 1_000_000)
-            detail = event.get(
-                "detail", "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
-            )
-            pci = f"{domain[-4:]}:{bus_no.lower()}:{device.lower()}"
-            line = f"NVRM: Xid (PCI:{pci}): {event['xid']}, {detail}"
-            records.append(f"3,{seq},{usec},-;{line}")
+            # Dated once, when the world first shows it: a phase shown again is the same line.
+            key = json.dumps(event, sort_keys=True)
+            at = self._xid_at.setdefault(key, time.time() - float(event.get("ago", 0)))
+            usec = int((at - self.booted) * 1_000_000)
+            records.append(f"3,{seq},{usec},-;{self._xid_line(event, gpus)}")
+        text = "".join(r + "\n" for r in records)
+        mode = 0o000 if self.scenario.get("kernel_log") == "unreadable" else 0o644
+        if self.kernel_log.exists() and self.kernel_log.read_text(encoding="utf-8") == text:
+            self.kernel_log.chmod(mode)
+            return  # the same log: not rotated under the reader
         tmp = self.directory / "kmsg.tmp"
-        tmp.write_text("".join(r + "\n" for r in records), encoding="utf-8")
-        tmp.chmod(0o000 if self.scenario.get("kernel_log") == "unreadable" else 0o644)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(mode)
         tmp.replace(self.kernel_log)
+
+    @staticmethod
+    def _xid_line(event: dict[str, Any], gpus: list[dict[str, Any]]) -> str:
+        """The driver's line of a scenario's Xid: its ``line`` as a real log wrote it, or one
+        made for its ``gpu`` (by UUID), ``xid`` and ``detail``."""
+        if "line" in event:
+            return str(event["line"])
+        bus = {g["uuid"]: g["pci_bus_id"] for g in gpus}
+        domain, bus_no, device = bus[event["gpu"]].split(".")[0].split(":")
+        detail = event.get("detail", "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
+        pci = f"{domain[-4:]}:{bus_no.lower()}:{device.lower()}"
+        return f"NVRM: Xid (PCI:{pci}): {event['xid']}, {detail}"
 
     def blink(self) -> bool | None:
         """Start the scenario's ``blink`` allocation, or stop it (as Nomad does: desired stop,
