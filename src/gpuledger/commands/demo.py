@@ -73,6 +73,7 @@ def world_config(world: World) -> SourceConfig:
         docker=f"unix://{world.docker.socket_path}",
         podman=f"unix://{world.podman.socket_path}",
         nomad=NomadSettings(addr=world.nomad_url, node_id=world.node_id),
+        kernel_log=world.kernel_log,
     )
 
 
@@ -311,7 +312,10 @@ def _introduce(out: TextIO, url: str, drift_every: float, scenario: dict[str, An
         out.write(f"  {url}{path:<10} {what}\n")
     drift = about or (
         f"Every {drift_every:g} s the node drifts: a training job starts a process on a GPU it "
-        "did not reserve, then its own GPU goes idle, then all is as it began."
+        "did not reserve, then its own GPU goes idle; then a card fails one fault at a time "
+        "(uncorrectable ECC errors, a pending row remap, a GPU fallen off the bus with its Xid "
+        "79 in the kernel log), Nomad's plugin loses a card, Nomad marks a sound one "
+        "unhealthy; then all is as it began."
     )
     out.write(
         f"\n{drift} reserved-idle and held-idle open after 30 s.\n"
