@@ -24,21 +24,24 @@ LINES = (
 )
 
 
+EXPECTED = [
+    ("0000:07:00", 48),
+    ("0000:07:00", 64),
+    ("0000:cb:00", 13),
+    ("0000:cb:00", 109),
+    ("0000:dc:00", 45),
+    ("0019:01:00", 149),
+    ("0018:01:00", 145),
+    ("0000:9b:00", 94),
+    ("0000:44:00", 79),
+]
+"""The fixture's lines read off by eye: the PCI address in the parentheses, the number after
+them (the reader's and the command line's tests use it too)."""
+
+
 def test_every_real_line_is_read_as_its_xid_on_its_gpu() -> None:
-    # Read off the lines by eye: the PCI address in the parentheses, the number after them.
-    expected = [
-        ("0000:07:00", 48),
-        ("0000:07:00", 64),
-        ("0000:cb:00", 13),
-        ("0000:cb:00", 109),
-        ("0000:dc:00", 45),
-        ("0019:01:00", 149),
-        ("0018:01:00", 145),
-        ("0000:9b:00", 94),
-        ("0000:44:00", 79),
-    ]
     parsed = [parse_xid(line) for line in LINES]
-    assert [(x.pci, x.xid) for x in parsed if x is not None] == expected
+    assert [(x.pci, x.xid) for x in parsed if x is not None] == EXPECTED
 
 
 def test_the_blamed_process_is_read_when_the_driver_names_one() -> None:

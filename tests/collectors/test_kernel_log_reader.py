@@ -21,6 +21,7 @@ import pytest
 from gpuledger.collectors.kernel_log_reader import KernelLog
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model.health import XidEvent
+from tests.collectors.test_kernel_log import EXPECTED
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia" / "kernel-log"
 # The messages of the real lines, without the dmesg stamp or journal prefix each was quoted with.
@@ -59,20 +60,6 @@ def log_file(tmp_path: Path) -> Path:
 
 def pairs(events: tuple[XidEvent, ...]) -> list[tuple[str, int]]:
     return [(e.pci, e.xid) for e in events]
-
-
-# Read off the fixture lines by eye: the PCI address in the parentheses, the number after them.
-EXPECTED = [
-    ("0000:07:00", 48),
-    ("0000:07:00", 64),
-    ("0000:cb:00", 13),
-    ("0000:cb:00", 109),
-    ("0000:dc:00", 45),
-    ("0019:01:00", 149),
-    ("0018:01:00", 145),
-    ("0000:9b:00", 94),
-    ("0000:44:00", 79),
-]
 
 
 # --------------------------------------------------------------------------- a file of records
