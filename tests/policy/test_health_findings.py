@@ -4,10 +4,13 @@ left unknown (never healthy, never unhealthy), each threshold and switch from th
 
 from __future__ import annotations
 
+import io
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
+from gpuledger.cli import main
 from gpuledger.model import (
     AllocRef,
     Code,
@@ -341,3 +344,48 @@ def test_each_device_finding_can_be_turned_off(code: Code) -> None:
     assert found(led, code)
     text = f"version: 1\nfindings:\n  {code.value}: {{level: 'off'}}\n"
     assert found(led, code, text) == []
+
+
+# --------------------------------------------------------------------------- the policy's keys
+
+
+def test_policy_check_names_each_bad_health_key_by_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "health.yaml"
+    path.write_text(
+        "version: 1\n"
+        "findings:\n"
+        "  gpu-unhealthy:\n"
+        "    ecc_uncorrected: -1\n"
+        "    remap_pending: sometimes\n"
+        "    xids: [79, 0]\n"
+        "    xid_window: 1 day\n"
+        "  device-unscheduled: {ignore_devices: ['']}\n"
+        "overrides:\n"
+        "  - match: {namespace: research}\n"
+        "    findings:\n"
+        "      device-unscheduled: {level: 'off'}\n"
+    )
+    out = io.StringIO()
+    assert main(["policy", "check", str(path)], out=out) == 1
+    lines = out.getvalue().splitlines()
+    assert [line.split(": ")[0] for line in lines] == [
+        f"{path}:4:22",
+        f"{path}:5:20",
+        f"{path}:6:16",
+        f"{path}:7:17",
+        f"{path}:8:41",
+        f"{path}:12:7",
+    ]
+    assert "findings.gpu-unhealthy.xid_window: '1 day' is not a duration" in lines[3]
+    assert "never applies: device-unscheduled findings have no namespace" in lines[5]
+
+
+def test_the_shipped_policy_parses_to_the_documented_defaults() -> None:
+    rule = default_policy().rule(Code.GPU_UNHEALTHY, "n1")
+    assert rule.xids == (48, 63, 64, 74, 79, 92, 93, 94, 95)
+    assert rule.xid_window == timedelta(hours=24)
+    assert (rule.ecc_uncorrected, rule.pcie_width_below_max, rule.pcie_gen_below_max) == (
+        0,
+        True,
+        False,
+    )
