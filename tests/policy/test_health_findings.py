@@ -5,6 +5,7 @@ left unknown (never healthy, never unhealthy), each threshold and switch from th
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from gpuledger.model import (
     Level,
     LostGpu,
     MigInstance,
+    MissingDevice,
     NodeInfo,
     NomadDevice,
     Since,
@@ -389,3 +391,19 @@ def test_the_shipped_policy_parses_to_the_documented_defaults() -> None:
         True,
         False,
     )
+
+
+def test_a_reserved_card_that_is_lost_is_named_once_with_its_allocation() -> None:
+    # Nomad's fingerprint ties the lost bus id to the card's UUID; Nomad reserved that card, so
+    # the join lists it as missing. One finding says both, not a lost card and a missing one.
+    lost = LostGpu(pci_bus_id="0000:3B:00.0", message="GPU is lost")
+    devices = (NomadDevice(UUID, "H100", True, pci_bus_id=BUS),)
+    led = replace(ledger(lost=(lost,), devices=devices), missing=(MissingDevice(UUID, RES),))
+    [f] = evaluate(led, default_policy(), Since(), NOW)
+    assert (f.code, f.gpu) == (Code.GPU_UNHEALTHY, UUID)
+    assert f.subject["allocId"] == RES.id
+    assert f"Nomad reserved it ({UUID}) for job train (allocation a1b2c3d4, task t)" in f.message
+    # With lost GPUs not judged, the missing device speaks for itself again.
+    off = parse_policy("version: 1\nfindings:\n  gpu-unhealthy: {gpu_lost: false}\n", "p.yaml")
+    [f] = evaluate(led, off, Since(), NOW)
+    assert f.code is Code.SOURCE_UNAVAILABLE and f.gpu == UUID

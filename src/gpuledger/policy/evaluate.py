@@ -269,6 +269,8 @@ class _Judge:
     def strays(self) -> Iterator[Finding]:
         """Reserved devices the driver does not list, and processes on GPUs it did not list."""
         for device in self.ledger.missing:
+            if device.uuid in self.health.lost_uuids and self.health.rule_lost():
+                continue  # the lost card's own finding names the allocation
             found = self.missing(device)
             if found:
                 yield found

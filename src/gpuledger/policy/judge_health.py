@@ -64,6 +64,22 @@ class HealthJudge:
             self.xids.setdefault(event.pci, []).append(event)
         self.faults: dict[str, list[Fault]] = {}
         """Each card's faults (by UUID), as ``unhealthy`` found them: ``mismatch`` reads them."""
+        self.lost_uuids = {
+            uuid: card for card in judge.ledger.lost if (uuid := self.lost_uuid(card)) is not None
+        }
+        """The UUIDs of the lost cards that are known (from an earlier read of the driver, or by
+        bus id from Nomad's fingerprint): a reserved one is named by its lost card's finding."""
+
+    def lost_uuid(self, card: LostGpu) -> str | None:
+        """A lost card's UUID: the driver's from an earlier read, else the device Nomad
+        fingerprinted at its bus id."""
+        if card.uuid is not None:
+            return card.uuid
+        key = pci_key(card.pci_bus_id) if card.pci_bus_id else None
+        for device in self.judge.ledger.devices or ():
+            if key is not None and device.pci_bus_id and pci_key(device.pci_bus_id) == key:
+                return device.id
+        return None
 
     def card_xids(self, pci_bus_id: str | None) -> list[XidEvent]:
         """The Xid events logged for the card at ``pci_bus_id`` (the driver's form)."""
@@ -110,6 +126,11 @@ class HealthJudge:
             if found:
                 yield found
 
+    def rule_lost(self) -> bool:
+        """Whether the policy judges a lost GPU at all (``gpu_lost``, and the level on)."""
+        rule = self.judge.rule(Code.GPU_UNHEALTHY, None, None)
+        return rule.gpu_lost and rule.level is not None
+
     def lost_gpu(self, card: LostGpu) -> Finding | None:
         rule = self.judge.rule(Code.GPU_UNHEALTHY, None, None)
         if not rule.gpu_lost:
@@ -122,11 +143,20 @@ class HealthJudge:
         recent = card_faults(None, xids, rule, self.judge.now)
         if recent:
             message += f"; {recent[0].words}"
-        gpu = card.uuid or f"PCI:{card.pci_bus_id or 'unknown'}"
+        uuid = self.lost_uuid(card)
+        gpu = uuid or f"PCI:{card.pci_bus_id or 'unknown'}"
+        reserved = next((d for d in self.judge.ledger.missing if d.uuid == uuid), None)
+        if reserved is not None:
+            res = reserved.reservation
+            message += (
+                f"; Nomad reserved it ({uuid}) for job {res.job} (allocation {res.id}, task "
+                f"{res.task}): what that allocation does with it cannot be seen, and its "
+                "results may be wrong"
+            )
         subject: dict[str, str | int | None] = {
             "faults": ",".join(["gpu-lost", *(f.name for f in recent)]),
             "xid": _latest_xid(xids, recent),
-            "allocId": None,
+            "allocId": reserved.reservation.id if reserved is not None else None,
         }
         return self.judge.finding(Code.GPU_UNHEALTHY, rule, gpu, "gpu", message, subject)
 
