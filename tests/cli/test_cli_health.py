@@ -154,6 +154,10 @@ def test_a_lost_gpu_is_its_own_fault_and_the_others_are_still_read(demo_world: W
     assert lost[0]["subject"]["faults"] == "gpu-lost,xid"
     assert "is lost: the driver says" in lost[0]["message"]
     assert "Xid 79 (GPU has fallen off the bus)" in lost[0]["message"]
+    # Nomad's fingerprint names the card at that bus id: GPU 6, which the notebook reserved,
+    # so the one finding is about it and names the allocation (no "missing device" besides).
+    assert lost[0]["gpu"] == GPU6 and lost[0]["subject"]["allocId"] is not None
+    assert not [f for f in doc["findings"] if f["gpu"] == GPU6 and f["code"] != "gpu-unhealthy"]
 
 
 def test_a_card_nomad_did_not_fingerprint_is_unscheduled(demo_world: World) -> None:
