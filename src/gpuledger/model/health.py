@@ -9,6 +9,7 @@ answers ``[N/A]`` leaves it ``None``, which is *unknown* — neither healthy nor
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +23,7 @@ reads agree."""
 _PCI = re.compile(rf"(?:PCI:)?{PCI_ADDRESS}", re.ASCII)
 
 
+@functools.lru_cache(maxsize=4096)
 def pci_key(text: str) -> str | None:
     """One key for a GPU's PCI address in any of its forms: ``0000:3b:00`` (the kernel log),
     ``00000000:3B:00.0`` (NVML, ``nvidia-smi``), ``PCI:0000:3b:00``; ``None`` for what is none

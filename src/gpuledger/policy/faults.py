@@ -80,7 +80,9 @@ def card_faults(
 ) -> list[Fault]:
     """The faults of one card under ``rule``, in ``FAULT_ORDER``; ``xids`` are the events
     logged for this card (any Xid, any age: the rule picks its own)."""
-    found = list(_health_faults(health, rule)) if health is not None else []
+    found = list(_known_faults(health, rule)) if health is not None else []
+    if not xids:
+        return found  # _health_faults yields in FAULT_ORDER already
     recent = [
         e for e in xids if e.xid in rule.xids and e.at <= now and now - e.at <= rule.xid_window
     ]
@@ -95,7 +97,24 @@ def card_faults(
     return sorted(found, key=lambda f: order[f.name])
 
 
+_KNOWN: dict[tuple[GpuHealth, tuple[object, ...]], tuple[Fault, ...]] = {}
+"""The faults of each health a card reported, under each rule's thresholds: a node's cards
+report the same health tick after tick, and this is asked for every card of every tick."""
+
+
+def _known_faults(h: GpuHealth, rule: Rule) -> tuple[Fault, ...]:
+    key = (h, rule.health_key)
+    found = _KNOWN.get(key)
+    if found is None:
+        if len(_KNOWN) >= 4096:
+            _KNOWN.clear()
+        found = _KNOWN[key] = tuple(_health_faults(h, rule))
+    return found
+
+
 def _health_faults(h: GpuHealth, rule: Rule) -> Iterable[Fault]:
+    """Each fault of ``h`` under ``rule``, in ``FAULT_ORDER`` (the Xids and a lost card are
+    judged apart)."""
     volatile = h.ecc_uncorrected_volatile
     if volatile is not None and volatile > rule.ecc_uncorrected:
         words = f"{_plural(volatile, 'uncorrectable ECC error')} since the driver loaded"

@@ -15,6 +15,7 @@ from gpuledger.model import (
     Finding,
     Ledger,
     LedgerGpu,
+    LedgerUnit,
     LostGpu,
     NomadDevice,
     Since,
@@ -168,24 +169,29 @@ class HealthJudge:
         if listed is None or nomad is None or not nomad.readable:
             return
         by_id = {d.id: d for d in listed}
-        units: list[tuple[str, LedgerGpu, str]] = []
+        faults = self.faults
         for lgpu in self.judge.ledger.gpus:
-            if lgpu.gpu.mig_enabled:
-                # Nomad's device plugin offers a card in MIG mode as its instances only.
-                units.extend((i.uuid, lgpu, i.label) for i in lgpu.instances)
-            else:
-                units.append((lgpu.uuid, lgpu, lgpu.label))
-        driver = {uuid for uuid, _, _ in units}
-        instead = sorted(by_id.keys() - driver)
-        for uuid, lgpu, label in units:
-            device = by_id.get(uuid)
-            found = (
-                self.unscheduled(uuid, label, instead)
-                if device is None
-                else self.mismatch(device, lgpu, label)
-            )
-            if found:
-                yield found
+            # Nomad's device plugin offers a card in MIG mode as its instances only.
+            units: tuple[LedgerUnit, ...] = lgpu.instances if lgpu.gpu.mig_enabled else (lgpu,)
+            for unit in units:
+                device = by_id.get(unit.uuid)
+                if device is None:
+                    found = self.unscheduled(unit.uuid, unit.label, self._instead(by_id))
+                elif device.healthy is None or (device.healthy and not faults.get(lgpu.uuid)):
+                    continue  # Nomad's word and the driver's agree (or Nomad gave none)
+                else:
+                    found = self.mismatch(device, lgpu, unit.label)
+                if found:
+                    yield found
+
+    def _instead(self, by_id: dict[str, NomadDevice]) -> list[str]:
+        """What Nomad lists that the driver does not: asked only for an unscheduled device."""
+        driver = {
+            unit.uuid
+            for lgpu in self.judge.ledger.gpus
+            for unit in (lgpu.instances if lgpu.gpu.mig_enabled else (lgpu,))
+        }
+        return sorted(by_id.keys() - driver)
 
     def unscheduled(self, uuid: str, label: str, instead: list[str]) -> Finding | None:
         rule = self.judge.rule(Code.DEVICE_UNSCHEDULED, None, None)

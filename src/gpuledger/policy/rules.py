@@ -61,6 +61,21 @@ class Rule:
         return _any_of(self.ignore_processes)
 
     @functools.cached_property
+    def health_key(self) -> tuple[object, ...]:
+        """The thresholds and switches ``gpu-unhealthy`` judges a card's health by: two rules
+        with the same key find the same faults."""
+        return (
+            self.ecc_uncorrected,
+            self.retired_pages_pending,
+            self.remap_pending,
+            self.remap_failure,
+            self.pcie_width_below_max,
+            self.pcie_gen_below_max,
+            self.hw_slowdown,
+            self.power_brake,
+        )
+
+    @functools.cached_property
     def _device_globs(self) -> re.Pattern[str] | None:
         return _any_of(self.ignore_devices)
 
