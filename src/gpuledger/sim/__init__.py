@@ -3,7 +3,7 @@ gpuledger's outside itself (an import-linter contract): a fake shares no code wi
 
 - ``world``: a simulated node built from a scenario YAML (``scenarios/``), driving the fakes.
 - ``nvidia_smi``: the fake ``nvidia-smi`` (its queries, ``-L``, faults, captures) and its installer.
-- ``nvidia_smi_health``: the fake ``nvidia-smi``'s health fields and the groups an old driver refuses.
+- ``nvidia_smi_health``: the fake ``nvidia-smi``'s health fields, and what an old driver refuses.
 - ``nvidia_smi_xml``: the fake ``nvidia-smi -q -x``, of the synthetic world or of a captured ``-q``.
 - ``proc``: a fake ``/proc`` tree (``cgroup``, ``cmdline``).
 - ``docker_api``: a fake Docker Engine (or Podman) API on a unix socket.
