@@ -114,29 +114,34 @@ def _gpu_doc(lgpu: LedgerGpu) -> dict[str, object]:
     }
 
 
+HEALTH_KEYS: tuple[tuple[str, str], ...] = (
+    ("eccUncorrectedVolatile", "ecc_uncorrected_volatile"),
+    ("eccUncorrectedAggregate", "ecc_uncorrected_aggregate"),
+    ("eccCorrectedVolatile", "ecc_corrected_volatile"),
+    ("retiredPagesSbe", "retired_pages_sbe"),
+    ("retiredPagesDbe", "retired_pages_dbe"),
+    ("retiredPagesPending", "retired_pages_pending"),
+    ("remappedRowsCorrectable", "remapped_rows_correctable"),
+    ("remappedRowsUncorrectable", "remapped_rows_uncorrectable"),
+    ("remappedRowsPending", "remapped_rows_pending"),
+    ("remappedRowsFailure", "remapped_rows_failure"),
+    ("pcieGen", "pcie_gen"),
+    ("pcieGenMax", "pcie_gen_max"),
+    ("pcieWidth", "pcie_width"),
+    ("pcieWidthMax", "pcie_width_max"),
+    ("hwSlowdown", "hw_slowdown"),
+    ("powerBrake", "power_brake"),
+)
+"""A GPU's ``health`` keys and the ``GpuHealth`` field each writes: the one table the writer
+and ``contract_read`` share."""
+
+
 def health_doc(h: GpuHealth | None) -> dict[str, int | bool | None] | None:
     """What the driver reports of a card's faults; each key ``null`` when it reports nothing
     (unknown: neither healthy nor unhealthy), the whole ``null`` when nothing was read."""
     if h is None:
         return None
-    return {
-        "eccUncorrectedVolatile": h.ecc_uncorrected_volatile,
-        "eccUncorrectedAggregate": h.ecc_uncorrected_aggregate,
-        "eccCorrectedVolatile": h.ecc_corrected_volatile,
-        "retiredPagesSbe": h.retired_pages_sbe,
-        "retiredPagesDbe": h.retired_pages_dbe,
-        "retiredPagesPending": h.retired_pages_pending,
-        "remappedRowsCorrectable": h.remapped_rows_correctable,
-        "remappedRowsUncorrectable": h.remapped_rows_uncorrectable,
-        "remappedRowsPending": h.remapped_rows_pending,
-        "remappedRowsFailure": h.remapped_rows_failure,
-        "pcieGen": h.pcie_gen,
-        "pcieGenMax": h.pcie_gen_max,
-        "pcieWidth": h.pcie_width,
-        "pcieWidthMax": h.pcie_width_max,
-        "hwSlowdown": h.hw_slowdown,
-        "powerBrake": h.power_brake,
-    }
+    return {key: getattr(h, name) for key, name in HEALTH_KEYS}
 
 
 def _xid_doc(e: XidEvent) -> dict[str, object]:

@@ -9,6 +9,7 @@ schema), and so are a source or a reason this version does not know.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from gpuledger.errors import ContractError, SchemaMismatchError, SourceName
-from gpuledger.model.contract import SCHEMA
+from gpuledger.model.contract import HEALTH_KEYS, SCHEMA
 from gpuledger.model.readings import (
     TICK_SOURCES,
     Container,
@@ -318,23 +319,9 @@ def _instance(
     )
 
 
-_HEALTH_FIELDS: tuple[tuple[str, str, _Kind], ...] = (
-    ("eccUncorrectedVolatile", "ecc_uncorrected_volatile", _OPT_INT),
-    ("eccUncorrectedAggregate", "ecc_uncorrected_aggregate", _OPT_INT),
-    ("eccCorrectedVolatile", "ecc_corrected_volatile", _OPT_INT),
-    ("retiredPagesSbe", "retired_pages_sbe", _OPT_INT),
-    ("retiredPagesDbe", "retired_pages_dbe", _OPT_INT),
-    ("retiredPagesPending", "retired_pages_pending", _OPT_BOOL),
-    ("remappedRowsCorrectable", "remapped_rows_correctable", _OPT_INT),
-    ("remappedRowsUncorrectable", "remapped_rows_uncorrectable", _OPT_INT),
-    ("remappedRowsPending", "remapped_rows_pending", _OPT_BOOL),
-    ("remappedRowsFailure", "remapped_rows_failure", _OPT_BOOL),
-    ("pcieGen", "pcie_gen", _OPT_INT),
-    ("pcieGenMax", "pcie_gen_max", _OPT_INT),
-    ("pcieWidth", "pcie_width", _OPT_INT),
-    ("pcieWidthMax", "pcie_width_max", _OPT_INT),
-    ("hwSlowdown", "hw_slowdown", _OPT_BOOL),
-    ("powerBrake", "power_brake", _OPT_BOOL),
+_FLAGS = frozenset(f.name for f in dataclasses.fields(GpuHealth) if str(f.type).startswith("bool"))
+_HEALTH_FIELDS: tuple[tuple[str, str, _Kind], ...] = tuple(
+    (key, name, _OPT_BOOL if name in _FLAGS else _OPT_INT) for key, name in HEALTH_KEYS
 )
 """A GPU's ``health`` keys, each null when the driver did not report it: (key, field, kind)."""
 
