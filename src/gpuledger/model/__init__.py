@@ -9,7 +9,9 @@ and the policy combine them, the views render them. Its modules:
 - ``health``: Nomad's fingerprinted GPU devices and its word on their health;
 - ``values``: the ledger made of them: states, tenants and verdicts, findings, since-whens;
 - ``fleet_values``: the fleet's values: Nomad's nodes, the controllers read, the fleet ledger;
-- ``report_values``: ``report``'s values: Prometheus samples, the window, GPU-hours;
+- ``report_values``: ``report``'s values: Prometheus samples, the window, GPU-hours, the bill;
+- ``prices``: what a GPU-hour costs, by card and MIG share (``report --prices``);
+- ``mig_slices``: a MIG profile's share of its card, NVIDIA's slice counts with their source;
 - ``history_record``: what the node's history keeps between ticks and restarts;
 - ``snapshots``: what the endpoints serve: a node's ``Snapshot``, the fleet's ``FleetSnapshot``;
 - ``contract``: the JSON documents, pinned by golden files;

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from enum import Enum
 
 
@@ -72,6 +73,65 @@ class NodeHours:
 
 
 @dataclass(frozen=True, slots=True)
+class JobBill:
+    """One job's hours within its owner's bill, its cost, and the notes about its waste."""
+
+    namespace: str
+    job: str
+    hours: UseHours
+    """``key`` is (namespace, job)."""
+    cost: Decimal | None = None
+    """Rounded to the currency's cent; ``None`` without prices."""
+    notes: tuple[str, ...] = ()
+    """Plain-language notes (``report --notes``), in the policy's rule order."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerBill:
+    """One owner's (or team's) hours and cost, and its jobs, most idle first."""
+
+    owner: str
+    hours: UseHours
+    """``key`` is (owner,)."""
+    cost: Decimal | None
+    jobs: tuple[JobBill, ...]
+    email: str | None = None
+    """Where a note to this owner goes (an owner map file or the ``owner_email`` meta)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CostBy:
+    """Where the money went: the owners' reserved hours, and the hours nobody reserved
+    (``unaccounted``: something ran; ``free``: nothing did) or nobody could count
+    (``unknown``). The four add up to ``total``, to the cent."""
+
+    owners: Decimal
+    unaccounted: Decimal
+    free: Decimal
+    unknown: Decimal
+
+    @property
+    def total(self) -> Decimal:
+        """The fleet's GPU-hours times their prices."""
+        return self.owners + self.unaccounted + self.free + self.unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Bill:
+    """The report by owner: who reserved what, and with prices, what it cost."""
+
+    by: str
+    """The owner key the rows are per (``owner``, ``team`` or another ``--owner-meta`` key)."""
+    owners: tuple[OwnerBill, ...]
+    unaccounted_hours: float
+    free_hours: float
+    unknown_hours: float
+    currency: str | None = None
+    cost_by: CostBy | None = None
+    """``None`` without ``--prices``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """GPU-hours and waste over one window."""
 
@@ -86,6 +146,8 @@ class Report:
     state_totals: Mapping[str, float]
     source: str = ""
     """Where the numbers came from (the Prometheus URL, secrets hidden)."""
+    bill: Bill | None = None
+    """Per owner, with costs when prices were given (``report --by owner``, ``--prices``)."""
 
     @property
     def empty(self) -> bool:
