@@ -18,4 +18,6 @@ gpuledger's outside itself (an import-linter contract): a fake shares no code wi
 - ``fleet_nomad``: the simulated fleet's Nomad (``/v1/nodes``, ``/v1/service``), blocking.
 - ``fleet_payloads``: what the fleet's nodes answer (the ledger) and Consul's and Nomad's views.
 - ``consul_api``: a fake Consul agent's health API.
+- ``prometheus_api``: a fake Prometheus: ``sum by (…) (increase(…))``, as Prometheus counts it.
+- ``report_week``: a week of a small cluster's counters, owners and MIG included, for the demo.
 """
