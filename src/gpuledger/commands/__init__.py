@@ -14,5 +14,6 @@ a command line, and every command returns an ``ExitCode``:
 - ``render``: the Nomad job specs from Helm-like values
 - ``demo``: a simulated node served on localhost, drifting as real nodes do
 - ``demo_fleet``: the fleet the demo watches with the real ``fleet serve``
+- ``demo_report``: the real ``report`` of a simulated week, from a fake Prometheus
 - ``logs``: how the long-running commands log
 """

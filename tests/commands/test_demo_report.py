@@ -1,0 +1,68 @@
+"""``gpuledger demo --report``: the real report, in a child process, of the simulated week.
+
+The expected hours are ``report_week.expected_jobs``: the week's spans measured directly (less
+outages and the controller's downtime), not its counters; the report reads the counters
+through the fake Prometheus's ``increase``, which extrapolates as Prometheus does, so each job
+may differ by the minutes at its series' edges. Run ``--by job`` for now: ``--by owner`` and
+``--prices`` are the demo's defaults once the report has them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timezone
+
+from gpuledger.commands.demo_report import report_argv, run_demo_report, week_end
+from gpuledger.errors import ExitCode
+from gpuledger.sim.report_week import HOUR, cluster, expected_jobs
+
+NOW = datetime(2026, 11, 16, 0, 30, 12, tzinfo=timezone.utc)
+EDGES_H = 0.1
+"""How far a job's hours may be from its spans' (a few minutes at its series' edges)."""
+
+
+def test_the_week_ends_on_the_last_whole_hour() -> None:
+    assert week_end(NOW) == datetime(2026, 11, 16, tzinfo=timezone.utc)
+
+
+def test_the_report_is_run_as_a_user_runs_it() -> None:
+    argv = report_argv("http://127.0.0.1:1", week_end(NOW), by="owner", output="table", prices=None)
+    assert argv[1:] == [
+        "-m", "gpuledger", "report", "--prometheus", "http://127.0.0.1:1",
+        "--since", "7d", "--until", "2026-11-16T00:00:00Z", "--by", "owner",
+    ]  # fmt: skip
+
+
+def test_the_json_report_has_every_job_of_the_week_with_its_hours() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    code = run_demo_report(out, output="json", by="job", prices_text=None, now=NOW, err=err)
+    assert code == ExitCode.OK, err.getvalue()
+    assert "SIMULATED" in err.getvalue()  # the header stays off the JSON
+    doc = json.loads(out.getvalue())
+    assert (doc["since"], doc["until"]) == ("2026-11-09T00:00:00Z", "2026-11-16T00:00:00Z")
+    got = {(j["namespace"], j["job"]): j for j in doc["jobs"]}
+    expected = expected_jobs(cluster())
+    assert set(got) == set(expected)
+    for key, (reserved, held) in expected.items():
+        assert abs(got[key]["reservedHours"] - reserved / HOUR) < EDGES_H, key
+        assert abs(got[key]["heldHours"] - held / HOUR) < EDGES_H, key
+
+
+def test_the_table_says_the_week_is_simulated_and_lists_the_jobs() -> None:
+    out = io.StringIO()
+    assert run_demo_report(out, by="job", prices_text=None, now=NOW) == ExitCode.OK
+    text = out.getvalue()
+    assert text.startswith("gpuledger demo --report: a SIMULATED week")
+    rows = {tuple(line.split()[:2]) for line in text.splitlines() if line.strip()}
+    for namespace, job in expected_jobs(cluster()):
+        assert (namespace, job) in rows
+
+
+def test_a_refusal_of_the_report_is_its_usage_error() -> None:
+    """A negative price: a usage error of the report (today, ``--prices`` itself is one)."""
+    out, err = io.StringIO(), io.StringIO()
+    bad = "currency: EUR\ndefault: -1.00\n"
+    code = run_demo_report(out, by="job", prices_text=bad, now=NOW, err=err)
+    assert code == ExitCode.USAGE
+    assert "prices" in err.getvalue()
