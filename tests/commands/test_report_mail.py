@@ -256,3 +256,52 @@ def test_an_unset_password_variable_is_a_config_error_before_any_mail() -> None:
         with pytest.raises(ConfigError, match="the variable NOT_SET is not set or empty"):
             send_mails(_mails("alice"), settings, send=True, out=io.StringIO(), environ={})
         assert server.inbox.received == []
+
+
+def test_a_mail_cut_off_mid_send_is_unknown_and_neither_it_nor_the_rest_is_sent_again() -> None:
+    with smtp_server(hang={"bob@example.org"}) as server:
+        settings = SmtpSettings(server.host, server.port, "none", timeout=0.3)
+        out = io.StringIO()
+        result = send_mails(_mails("alice", "bob", "carol"), settings, send=True, out=out)
+        received = [r.rcpt_tos for r in server.inbox.received]
+    assert received == [["alice@example.org"]]
+    assert [o.status for o in result.outcomes] == ["delivered", "unknown", "not-sent"]
+    assert result.error is not None
+    assert result.error.startswith(
+        f"127.0.0.1:{server.port} stopped answering while taking the mail to bob@example.org"
+    )
+    assert result.error.endswith(
+        "it may have it, so it is not sent again, and the mails after it are not sent"
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[1].startswith(f"unknown whether 127.0.0.1:{server.port} took the mail to bob@")
+    assert lines[2] == "not sent to carol@example.org: stopped by the error below"
+
+
+def test_a_server_without_starttls_or_without_auth_says_which_and_the_fix() -> None:
+    with smtp_server() as plain:
+        settings = SmtpSettings(plain.host, plain.port, "starttls", timeout=5.0)
+        result = send_mails(_mails("alice"), settings, send=True, out=io.StringIO())
+    assert result.error == (
+        f"127.0.0.1:{plain.port} does not offer STARTTLS: use --smtp-tls ssl if it takes TLS "
+        "from the start, or none on a trusted network"
+    )
+    # A server that does not offer AUTH (aiosmtpd offers it only over TLS); the CLI refuses a
+    # login without TLS, so these settings are made by hand.
+    with smtp_server() as no_auth:
+        login = SmtpSettings(no_auth.host, no_auth.port, "none", "u", "PW", timeout=5.0)
+        refused = send_mails(
+            _mails("alice"), login, send=True, out=io.StringIO(), environ={"PW": "x"}
+        )
+        assert no_auth.inbox.received == []
+    assert refused.error == (
+        f"127.0.0.1:{no_auth.port} does not offer AUTH: leave --smtp-user out if it needs no login"
+    )
+
+
+def test_a_mail_whose_to_is_not_one_address_is_not_sent() -> None:
+    two = Mail("team", "a@example.org, b@example.org", "s", "<p>x</p>", "x", SENDER)
+    with pytest.raises(
+        ValueError, match=re.escape("To 'a@example.org, b@example.org' is not one address")
+    ):
+        build_message(two)

@@ -4,6 +4,7 @@ can demand STARTTLS and a login, as a mail submission server does."""
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import socket
@@ -33,6 +34,8 @@ class Inbox:
     """The server's handler: what it received, and whom it refuses."""
 
     refuse: set[str] = field(default_factory=set)
+    hang: set[str] = field(default_factory=set)
+    """Recipients whose mail's DATA is never answered (the server went quiet mid-mail)."""
     received: list[Received] = field(default_factory=list)
 
     async def handle_RCPT(  # noqa: N802
@@ -44,6 +47,8 @@ class Inbox:
         return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:  # noqa: N802
+        if self.hang & set(envelope.rcpt_tos):
+            await asyncio.Event().wait()  # never set: the controller's stop cancels it
         content = envelope.original_content or b""
         parsed = email.message_from_bytes(content, policy=email.policy.default)
         assert isinstance(parsed, EmailMessage)
@@ -81,10 +86,12 @@ def smtp_server(
     starttls: tuple[Path, Path] | None = None,
     logins: dict[str, str] | None = None,
     refuse: set[str] | None = None,
+    hang: set[str] | None = None,
 ) -> Iterator[Smtp]:
     """An SMTP server on 127.0.0.1: ``starttls`` (cert, key) offers and demands STARTTLS;
-    ``logins`` (user to password) demands AUTH PLAIN or LOGIN before mail."""
-    inbox = Inbox(refuse=refuse or set())
+    ``logins`` (user to password) demands AUTH PLAIN or LOGIN
+    before mail; ``refuse`` and ``hang`` are recipients refused (550) and never answered."""
+    inbox = Inbox(refuse=refuse or set(), hang=hang or set())
     kwargs: dict[str, Any] = {}
     if starttls is not None:
         kwargs.update(tls_context=_tls(*starttls), require_starttls=True)

@@ -27,7 +27,6 @@ import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 from pathlib import Path
@@ -180,18 +179,18 @@ def build_message(mail: Mail, at: datetime | None = None) -> EmailMessage:
         raise ValueError(
             f"the mail to {mail.owner!r} cannot be made: {excerpt(str(exc), 120, quoted=False)}"
         ) from None
+    for name, value in (("From", mail.sender), ("To", mail.to)):
+        header = message[name]
+        if len(header.addresses) != 1 or header.defects:
+            raise ValueError(
+                f"the mail to {mail.owner!r} cannot be made: {name} {value!r} is not one address"
+            )
     return message
 
 
 def _domain(sender: str) -> str:
     addr = sender.rsplit("<", 1)[-1].rstrip(">")
     return addr.rsplit("@", 1)[-1] if "@" in addr else "localhost"
-
-
-def _addr_spec(to: str) -> str:
-    """The bare address of a ``To`` value, for the envelope (``RCPT TO``)."""
-    addr = to.rsplit("<", 1)[-1].rstrip(">") if to.endswith(">") else to
-    return Address(addr_spec=addr).addr_spec
 
 
 # --------------------------------------------------------------------------- sending (I/O)
@@ -264,7 +263,7 @@ def connect_error(exc: BaseException, settings: SmtpSettings) -> str:
     if isinstance(exc, smtplib.SMTPNotSupportedError):
         what = "STARTTLS" if settings.tls == "starttls" and "STARTTLS" in str(exc) else "AUTH"
         fix = (
-            "use --smtp-tls ssl if it takes TLS from the start"
+            "use --smtp-tls ssl if it takes TLS from the start, or none on a trusted network"
             if what == "STARTTLS"
             else "leave --smtp-user out if it needs no login"
         )
@@ -276,6 +275,11 @@ def connect_error(exc: BaseException, settings: SmtpSettings) -> str:
         )
     if isinstance(exc, smtplib.SMTPResponseException):
         return f"{where} answered {_reply(exc)}"
+    if type(exc) is smtplib.SMTPException and settings.username:  # login() found no method
+        return (
+            f"{where} offers no way to log in that Python's smtplib has (CRAM-MD5, PLAIN, "
+            "LOGIN): ask its operator"
+        )
     if isinstance(exc, smtplib.SMTPServerDisconnected):
         return f"{where} closed the connection ({exc}): is it an SMTP server, and TLS as asked?"
     reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
@@ -306,7 +310,11 @@ def _demands(exc: smtplib.SMTPSenderRefused, settings: SmtpSettings) -> str | No
 def _send_one(client: smtplib.SMTP, mail: Mail, message: EmailMessage) -> Outcome:
     """One mail; ``SMTPSenderRefused`` with 530 and a lost connection are the caller's."""
     try:
-        refused = client.send_message(message, to_addrs=[_addr_spec(mail.to)])
+        refused = client.send_message(
+            message,
+            from_addr=message["From"].addresses[0].addr_spec,
+            to_addrs=[message["To"].addresses[0].addr_spec],
+        )
     except smtplib.SMTPRecipientsRefused as exc:
         reasons = "; ".join(
             _reply(smtplib.SMTPResponseException(*r)) for r in exc.recipients.values()
@@ -369,7 +377,11 @@ def _deliver(
             except smtplib.SMTPResponseException as exc:
                 outcomes.append(Outcome(mail.owner, mail.to, "refused", _reply(exc)))
             except OSError as exc:  # the connection went away: did the server take it?
-                error = connect_error(exc, settings)
+                error = (
+                    f"{settings.where} stopped answering while taking the mail to {mail.to} "
+                    f"({exc or type(exc).__name__}): it may have it, so it is not sent again, "
+                    "and the mails after it are not sent"
+                )
                 outcomes.append(Outcome(mail.owner, mail.to, "unknown", str(exc) or "cut off"))
     return outcomes, error
 
