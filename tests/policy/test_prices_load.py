@@ -212,3 +212,30 @@ def test_an_unreadable_file_names_itself_and_why(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ConfigError, match="cannot read the prices file"):
         load_prices(binary)
+
+
+HOSTILE = {
+    "yaml bomb": "currency: EUR\n"
+    + 'a: &a ["x","x","x","x","x","x","x","x","x"]\n'
+    + "".join(
+        f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n"
+        for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+    ),
+    "recursive alias": "currency: EUR\nmodels: &m {x: *m}\n",
+    "python tag": "currency: !!python/object:os.system EUR\n",
+    "lone surrogate glob": 'currency: EUR\nmodels: {"\\ud800": 1}\n',
+    "one 2 MB line": "x" * 2_000_000 + "\n",
+    "mapping as a glob": "currency: EUR\nmodels: {? {a: 1} : 2}\n",
+}
+
+
+@pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_prices_files_are_one_usage_error_naming_the_file(
+    tmp_path: Path, text: str
+) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    with pytest.raises(UsageError) as caught:
+        load_prices(path)
+    assert str(caught.value).startswith(f"{path}:")
+    assert len(str(caught.value)) < 2000
