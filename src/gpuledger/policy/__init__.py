@@ -9,4 +9,6 @@
 - ``judge_health``: the judge of health and of Nomad's devices (``gpu-unhealthy``,
   ``device-unscheduled``, ``device-health-mismatch``)
 - ``wording``: how a finding words its subject, its owner and its spans
+- ``prices_load``: the prices file (``report --prices``), every problem by file and line
+- ``owner_map``: the owner map file (owner or team to e-mail address), every problem by line
 """

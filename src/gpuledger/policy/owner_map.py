@@ -1,0 +1,155 @@
+"""The owner map (``report --mail --owner-map FILE``): where each owner's or team's page goes.
+
+The file is one mapping under ``owners`` (a top-level key, so that a typo such as ``onwers`` is
+an unknown key, not an owner nobody is), from the owner as the report names it (the value of
+its ``--owner-meta`` key, or the namespace) to one e-mail address::
+
+    owners:
+      alice: alice@example.org
+      ml-team: "ML team <ml@example.org>"
+
+Every address is checked by ``address_problem`` (the ``owner_email`` meta of a job, which
+anyone who can submit a job writes, is checked by the same rule before a mail is planned):
+one address, optionally after a display name in ``Name <address>`` form; no control character
+(a line break would be a header of its own), no comma or semicolon (which would make it several
+recipients: use a list address for a team), exactly one ``@``, a local part of RFC 5322's
+``dot-atom`` characters, and a domain of at least two dot-separated labels of letters, digits
+and ``-`` (an internationalised domain in its ASCII ``xn--`` form: gpuledger sends no
+SMTPUTF8). Every problem is reported at once, as ``FILE:LINE:COLUMN: key: what is wrong``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from email.headerregistry import Address
+from email.utils import parseaddr
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from gpuledger.errors import ConfigError, YamlSyntaxError
+from gpuledger.located import Located, Problem, read_yaml, schema_problems
+from gpuledger.model.text import excerpt
+
+_ADDRESS_TITLE = "an e-mail address such as alice@example.org or 'Alice <alice@example.org>'"
+SCHEMA: Mapping[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "an owner map: a mapping with owners",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["owners"],
+    "properties": {
+        "owners": {
+            "title": "a mapping of owner (or team) to an e-mail address",
+            "type": "object",
+            "additionalProperties": {"title": _ADDRESS_TITLE, "type": "string"},
+        }
+    },
+}
+"""The owner map's structure; ``address_problem`` checks each address beyond it."""
+
+_NAMED = re.compile(r"^(?P<name>[^<>]*?)\s*<(?P<addr>[^<>]*)>$")
+_LOCAL = re.compile(r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$")
+_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def _split(value: str) -> tuple[str, str] | str:
+    """(display name, address), or why the text is neither ``addr`` nor ``Name <addr>``."""
+    if "<" not in value and ">" not in value:
+        return "", value
+    named = _NAMED.match(value)
+    if named is None:
+        return "write one address, or a display name and the address in <>: Alice <a@x.org>"
+    name = named.group("name").strip()
+    if any(ch in name for ch in '"@\\'):
+        return "the display name may not hold '\"', '@' or '\\': write it plainly"
+    return name, named.group("addr")
+
+
+def _addr_problem(addr: str) -> str | None:
+    """Why ``addr`` (no display name) is not an address to send to."""
+    if not addr:
+        return "it is empty"
+    if any(ch.isspace() for ch in addr):
+        return "an address holds no blank"
+    if addr.count("@") != 1:
+        return f"an address holds exactly one '@', this one {addr.count('@')}"
+    local, domain = addr.split("@")
+    if not local.isascii():
+        return "a mailbox name beyond ASCII needs SMTPUTF8, which gpuledger does not send"
+    if not domain.isascii():
+        return f"write the domain {excerpt(domain)} in its ASCII (xn--) form"
+    if not local or len(local) > 64 or not _LOCAL.match(local):
+        return f"the part before '@' ({excerpt(local)}) is not a mailbox name"
+    labels = domain.split(".")
+    if len(labels) < 2 or len(domain) > 253 or not all(_LABEL.match(x) for x in labels):
+        return f"the domain {excerpt(domain)} is not a domain with a dot, such as example.org"
+    return None
+
+
+def address_problem(value: str) -> str | None:
+    """Why ``value`` is not one e-mail address to send a page to, or ``None`` when it is."""
+    if any(not ch.isprintable() for ch in value):
+        return f"{excerpt(value)} holds a control character (a line break would be a header)"
+    if "," in value or ";" in value:
+        return f"{excerpt(value)}: one address only (',' or ';' would make several); use a list"
+    split = _split(value.strip())
+    if isinstance(split, str):
+        return f"{excerpt(value)}: {split}"
+    if why := _addr_problem(split[1]):
+        return f"{excerpt(value)} is not an e-mail address: {why}"
+    if parseaddr(value)[1] != split[1]:
+        return f"{excerpt(value)}: Python's email package reads another address in it"
+    return None
+
+
+def address(value: str) -> str:
+    """A checked address as a ``To`` header is set to: the display name quoted where needed
+    (the message's policy encodes a name beyond ASCII when it is sent)."""
+    split = _split(value.strip())
+    name, addr = split if isinstance(split, tuple) else ("", value.strip())
+    return str(Address(display_name=name, addr_spec=addr)) if name else addr
+
+
+def _problems(doc: Located) -> Iterator[Problem]:
+    root = doc.value if isinstance(doc.value, dict) else {}
+    owners = root.get("owners")
+    for owner, value in owners.items() if isinstance(owners, dict) else ():
+        path = ("owners", owner)
+        if not owner.strip() or any(not ch.isprintable() for ch in owner):
+            yield doc.problem(
+                path,
+                f"{excerpt(owner)} names no owner: no owner is blank or has a control character",
+                on_key=True,
+            )
+        if isinstance(value, str) and (why := address_problem(value)):
+            yield doc.problem(path, why)
+
+
+def parse_owner_map(text: str, path: Path) -> Mapping[str, str]:
+    """Parse and validate an owner map's text; ``ConfigError`` lists every problem found."""
+    source = str(path)
+    try:
+        doc = read_yaml(text, source)
+    except YamlSyntaxError as exc:
+        raise ConfigError(str(exc)) from None
+    if doc.value is None:
+        raise ConfigError(f"{source}:1:1: the owner map is empty: it needs 'owners'")
+    problems = sorted({*doc.problems, *schema_problems(doc, SCHEMA), *_problems(doc)})
+    if problems:
+        raise ConfigError("\n".join(p.render(source) for p in problems))
+    owners: dict[str, str] = doc.value["owners"]
+    return MappingProxyType({owner: address(value) for owner, value in owners.items()})
+
+
+def load_owner_map(path: Path) -> Mapping[str, str]:
+    """Load and validate the owner map at ``path``: owner to address, as a ``To`` header holds
+    it; any problem is a ``ConfigError``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        shown = excerpt(str(path), 1000)
+        raise ConfigError(f"{shown}: cannot read the owner map: {reason}") from None
+    return parse_owner_map(text, path)
