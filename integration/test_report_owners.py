@@ -11,12 +11,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import integration.browser as chromium
 from integration.prometheus_server import PrometheusServer
 from integration.report_fixtures import Week, prometheus, report, week
 from integration.report_history import HOUR, expected_model_seconds, expected_owners
@@ -100,3 +103,50 @@ def test_the_csv_and_the_table_of_the_bill(
     assert lines[2].split() == ["OWNER", "RESERVED", "H", "HELD", "H", "IDLE", "H", "IDLE",
                                 "SHARE", "COST", "EUR"]  # fmt: skip
     assert any(line.startswith("TOTAL") for line in lines)
+
+
+def test_the_bill_is_the_one_in_the_docs(
+    prometheus: PrometheusServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """docs/report.md's "Bill by owner" shows this very bill, with the docs' own prices."""
+    path = tmp_path / "prices.yaml"
+    path.write_text('currency: EUR\ndefault: 1.00\nmodels:\n  "NVIDIA H100*": 4.00\n')
+    code, out, _ = report(capsys, prometheus.url, "--by", "owner", "--prices", str(path))
+    assert code == 0
+    shown = out.replace(prometheus.url, "http://prometheus:9090")
+    page = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+    assert shown in page, "docs/report.md's bill is stale: paste this run's bill\n" + shown
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    yield from chromium.browser()
+
+
+def test_the_bill_s_page_draws_a_bar_per_owner_and_line(
+    prometheus: PrometheusServer,
+    prices: Path,
+    browser: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    html = tmp_path / "bill.html"
+    args = ("--by", "owner", "--prices", str(prices), "--html", str(html))
+    code, _, _ = report(capsys, prometheus.url, *args)
+    assert code == 0
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    visit = chromium.watch(page)
+    page.goto(html.as_uri())
+    page.wait_for_load_state("load")
+    assert visit.errors == []
+    assert visit.requests == [html.as_uri()], "the page must need nothing but itself"
+    labels = page.eval_on_selector_all(
+        "svg.bill g.bar text:first-of-type", "e => e.map(t => t.textContent)"
+    )
+    assert labels == ["carol", "bob", "alice", "default", "unaccounted", "free", "unknown"]
+    widths = page.eval_on_selector_all(
+        "svg.bill g.bar.owner",
+        "e => e.map(g => [...g.querySelectorAll('rect')].map(r => +r.getAttribute('width')))",
+    )
+    # alice's 1343.60 EUR is the longest bar: held (223.9 of 335.9 h) then idle
+    assert max(widths, key=sum) == widths[2] and widths[2][0] > widths[2][1]
