@@ -54,6 +54,8 @@ class Node:
     counter starts again at 0 (a reset, for Prometheus)."""
     nomad_out: tuple[Span, ...] = ()
     """Nomad could not be read: every GPU is unknown and no job is charged."""
+    model: str = "NVIDIA H100 80GB HBM3"
+    """The cards' name as the driver gives it (the ``model`` label, what a price matches)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,21 @@ class Reservation:
     gpu: int
     span: Span
     busy: tuple[Span, ...] = ()
+
+
+OWNERS = {
+    ("research", "train-llm"): ("alice", "llm"),
+    ("research", "notebook"): ("bob", "llm"),
+    ("ml", "batch-embed"): ("carol", "search"),
+    ("ml", "eval"): ("carol", "search"),
+}
+"""(namespace, job) -> (owner, team) from the job's meta; a job not listed has neither, and is
+its namespace's (as ``serve`` resolves it)."""
+
+
+def owner_team(namespace: str, job: str) -> tuple[str, str]:
+    """The ``owner`` label (the namespace without a meta owner) and the ``team`` (``""``)."""
+    return OWNERS.get((namespace, job), (namespace, ""))
 
 
 @dataclass(frozen=True)
@@ -118,6 +135,7 @@ def cluster() -> World:
             ("GPU-c0", "GPU-c1"),
             labelled=False,
             nomad_out=((5 * DAY + 2 * HOUR, 5 * DAY + 5 * HOUR),),
+            model="Tesla T4",
         ),
     )
     reservations = (
@@ -224,8 +242,11 @@ def _state_keys(node: Node) -> list[str]:
 def _series_labels(node: Node, key: str) -> str:
     parts = key.split("|")
     if parts[0] == "state":
-        return _labels(node, {"uuid": parts[2], "state": parts[3]})
-    return _labels(node, {"namespace": parts[2], "nomad_job": parts[3], "use": parts[4]})
+        return _labels(node, {"uuid": parts[2], "state": parts[3], "model": node.model})
+    owner, team = owner_team(parts[2], parts[3])
+    job = {"namespace": parts[2], "nomad_job": parts[3], "use": parts[4], "owner": owner}
+    # serve writes "" for a key the meta lacks; OpenMetrics has it, Prometheus drops it
+    return _labels(node, {**job, "team": team, "model": node.model, "profile": ""})
 
 
 def _charges(world: World, node: Node, t: int) -> list[str]:
@@ -324,4 +345,25 @@ def expected_node_states(world: World) -> dict[str, dict[str, int]]:
                 per["unaccounted"] += _counted(node, s.span, charged=True)
         per["free"] = up * len(node.gpus) - sum(per.values())
         result[name] = per
+    return result
+
+
+def expected_owners(world: World, key: str = "owner") -> dict[str, tuple[int, int]]:
+    """Per owner (``key`` ``owner`` or ``team``, the namespace without one): (reserved, held)
+    seconds, from the spans."""
+    result: dict[str, tuple[int, int]] = {}
+    for (namespace, job), (reserved, held) in expected_jobs(world).items():
+        owner, team = owner_team(namespace, job)
+        name = (owner if key == "owner" else team) or namespace
+        before = result.get(name, (0, 0))
+        result[name] = (before[0] + reserved, before[1] + held)
+    return result
+
+
+def expected_model_seconds(world: World) -> dict[str, int]:
+    """Per card model: the seconds its GPUs were counted (every state), from the spans."""
+    result: dict[str, int] = {}
+    for node in world.nodes:
+        up = _counted(node, (0, WEEK), charged=False) * len(node.gpus)
+        result[node.model] = result.get(node.model, 0) + up
     return result

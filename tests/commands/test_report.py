@@ -184,7 +184,7 @@ def test_the_json_document_is_the_golden_one() -> None:
         GOLDEN.write_text(out.getvalue())
     assert json.loads(out.getvalue()) == json.loads(GOLDEN.read_text())
     doc = json.loads(out.getvalue())
-    assert list(doc) == ["schema", "since", "until", "jobs", "nodes", "totals"]
+    assert list(doc) == ["schema", "since", "until", "jobs", "nodes", "totals", "by", "currency"]
     assert list(doc["jobs"][0]) == [
         "namespace", "job", "reservedHours", "heldHours", "idleHours", "idleShare",
     ]  # fmt: skip
@@ -365,7 +365,9 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         (["--since", "2026-11-20T00:00:00Z", "--until", "2026-11-16T00:00:00Z"],
          "--until 2026-11-16T00:00:00Z is not after --since 2026-11-20T00:00:00Z"),
         (["--until", "2999-01-01T00:00:00Z"], "--until 2999-01-01T00:00:00Z is in the future"),
-        (["--by", "team"], "argument --by: invalid choice: 'team'"),
+        (["--by", "use"], "--by: 'use' is a label of gpuledger's counters, not an owner key"),
+        (["--by", "2team"], "--by: '2team' is neither job, namespace, node nor an owner key"),
+        (["--prices", "p.yaml"], "--prices prices a bill by owner: add --by owner"),
         (["--json", "--by", "node"], "--by node shapes the table, --csv and --html; the --json"),
         (["--json", "--csv"], "argument --csv: not allowed with argument --json"),
         (["--prometheus-token-env", "GL_NO_SUCH_VAR"],

@@ -1,4 +1,5 @@
-"""``gpuledger report``: GPU-hours and waste per job, read back from Prometheus."""
+"""``gpuledger report``: GPU-hours and waste per job (or the bill per owner), read back from
+Prometheus."""
 
 from __future__ import annotations
 
@@ -41,9 +42,17 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--by",
-        choices=("job", "namespace", "node"),
         default="job",
-        help="the rows of the table, the CSV and the bars (default job)",
+        metavar="job|namespace|node|OWNER_KEY",
+        help="the rows of the table, the CSV and the bars (default job); an owner key (owner, "
+        "team, another --owner-meta key of serve's) makes the bill per owner, then per job",
+    )
+    parser.add_argument(
+        "--prices",
+        type=Path,
+        metavar="FILE",
+        help="price the bill by owner: YAML with a currency, a default price per GPU-hour and "
+        "models: {card glob: price} (a MIG instance costs its share of its card)",
     )
     fmt = parser.add_mutually_exclusive_group()
     flags.add_json(fmt)
@@ -99,5 +108,6 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         basic_auth_file=args.prometheus_basic_auth_file,
         ca_cert=args.prometheus_ca_cert,
         timeout=args.timeout,
+        prices=args.prices,
     )
     return report_command(asked, out)

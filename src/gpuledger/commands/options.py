@@ -145,9 +145,13 @@ class ReportFlags:
     since: timedelta | datetime = timedelta(days=7)
     until: datetime | None = None
     by: str = "job"
+    """``job``, ``namespace``, ``node``, or an owner key (``owner``, ``team``, …): checked by
+    the command."""
     output: ReportOutput = "table"
     html: Path | None = None
     token_env: str | None = None
     basic_auth_file: Path | None = None
     ca_cert: Path | None = None
     timeout: timedelta = timedelta(minutes=2)
+    prices: Path | None = None
+    """``--prices``: the prices file of a bill by owner."""

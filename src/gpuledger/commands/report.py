@@ -1,9 +1,12 @@
 """``gpuledger report``: GPU-hours and waste per job, read back from Prometheus.
 
 Two instant queries (``core/report_queries.py`` says which and why), then one output: the table,
-``--json``, ``--csv`` or the ``--html`` page. A failure of Prometheus is one line on stderr and
-exit 1; so is a window in which Prometheus holds no counter of gpuledger at all, which means
-gpuledger is not scraped there (a scraped controller counts every GPU, free ones included).
+``--json``, ``--csv`` or the ``--html`` page. By an owner key (``--by owner``, ``team`` …), three
+others, and the bill of them (``core/report_costs.py``), priced by ``--prices``; a glob of the
+prices file that matched no card is a warning on stderr, a card it cannot price an error.
+A failure of Prometheus is one line on stderr and exit 1; so is a window in which Prometheus
+holds no counter of gpuledger at all, which means gpuledger is not scraped there (a scraped
+controller counts every GPU, free ones included).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO
@@ -24,17 +27,25 @@ from gpuledger.collectors.prometheus import (
 from gpuledger.collectors.prometheus import check_url as check_prometheus_url
 from gpuledger.commands.options import ReportFlags, ReportOutput
 from gpuledger.controller.clock import SystemClock
+from gpuledger.core.report_costs import build_bill, models_seen, price_warnings
 from gpuledger.core.report_queries import (
     JOB_METRIC,
     STATE_METRIC,
     build_report,
+    card_state_query,
+    check_owner_key,
     job_query,
+    lacks_owner_labels,
+    mig_state_query,
+    owner_job_query,
     state_query,
 )
 from gpuledger.errors import ConfigError, ExitCode, SourceError, SourceName, UsageError
 from gpuledger.model.contract import iso_time, report_doc
+from gpuledger.model.prices import Prices
 from gpuledger.model.redact import redact_url_passwords
-from gpuledger.model.report_values import By, Report, Window
+from gpuledger.model.report_values import By, Report, Sample, Window
+from gpuledger.views.report_bill import render_bill_csv, render_bill_html, render_bill_table
 from gpuledger.views.report_formats import render_csv, render_html, render_table
 from gpuledger.views.table import printable
 
@@ -49,6 +60,10 @@ class ReportOptions:
     output: ReportOutput = "table"
     html: Path | None = None
     """The page's file; ``-`` writes it to the standard output."""
+    owner_key: str | None = None
+    """``--by owner`` (``team``, …): the bill per that label; ``by`` is then ``JOB``."""
+    prices: Prices | None = None
+    """``--prices``: the bill's costs (with ``owner_key`` only)."""
 
 
 def check_html_target(path: Path) -> None:
@@ -62,17 +77,49 @@ def check_html_target(path: Path) -> None:
         raise ConfigError(f"--html {path}: cannot write a file there")
 
 
-def fetch_report(options: ReportOptions) -> Report:
-    """Ask Prometheus and build the report; ``SourceError`` when Prometheus fails or is empty."""
-    window = options.window
+def _ask(options: ReportOptions) -> tuple[list[Sample], list[Sample], list[Sample]]:
+    """The job and state answers (and the MIG instances' by an owner key)."""
+    window, key = options.window, options.owner_key
     client = PrometheusClient(options.settings)
     try:
-        jobs = client.query(job_query(window), window.until)
-        states = client.query(state_query(window), window.until)
+        if key is None:
+            jobs = client.query(job_query(window), window.until)
+            return jobs, client.query(state_query(window), window.until), []
+        jobs = client.query(owner_job_query(window, key), window.until)
+        cards = client.query(card_state_query(window), window.until)
+        return jobs, cards, client.query(mig_state_query(window), window.until)
     finally:
         client.close()
+
+
+def fetch_report(options: ReportOptions) -> tuple[Report, tuple[str, ...]]:
+    """Ask Prometheus and build the report (by an owner key, with its bill), and the warnings
+    about the prices; ``SourceError`` when Prometheus fails, is empty or, by an owner key,
+    holds job counters that carry no owner; ``ConfigError`` for a card without a price."""
+    window, key = options.window, options.owner_key
+    jobs, states, migs = _ask(options)
     source = redact_url_passwords(options.settings.url)
     report = build_report(window, options.by, jobs, states, source=source)
+    _check_filled(report, source, window)
+    if key is None:
+        return report, ()
+    if jobs and lacks_owner_labels(jobs):
+        raise SourceError(
+            SourceName.PROMETHEUS,
+            f"--by {key}: no {JOB_METRIC} in {source} has an owner label: the gpuledger serve "
+            "that counted them is older than the report by owner; upgrade it (the hours "
+            "counted before cannot be billed by owner)",
+        )
+    bill = build_bill(key, jobs, states, migs, options.prices)
+    warnings = (
+        ()
+        if options.prices is None
+        else price_warnings(options.prices, models_seen(jobs, states, migs))
+    )
+    return replace(report, bill=bill), warnings
+
+
+def _check_filled(report: Report, source: str, window: Window) -> None:
     if report.empty:
         raise SourceError(
             SourceName.PROMETHEUS,
@@ -80,7 +127,6 @@ def fetch_report(options: ReportOptions) -> Report:
             f"{iso_time(window.since)} and {iso_time(window.until)}: check that it scrapes "
             "gpuledger serve, and --since/--until",
         )
-    return report
 
 
 def _write_page(path: Path, page: str, out: TextIO) -> None:
@@ -99,40 +145,69 @@ def run_report(options: ReportOptions, out: TextIO, err: TextIO | None = None) -
     Prometheus fails."""
     if options.html is not None:
         check_html_target(options.html)
+    err = err or sys.stderr
     try:
-        report = fetch_report(options)
+        report, warnings = fetch_report(options)
     except SourceError as exc:
         # What Prometheus said is quoted in the message: through the tables' filter, so an
         # escape sequence it sends is shown, not obeyed.
-        (err or sys.stderr).write(f"gpuledger report: {printable(str(exc))}\n")
+        err.write(f"gpuledger report: {printable(str(exc))}\n")
         return ExitCode.FAILED
+    for warning in warnings:
+        err.write(f"gpuledger report: warning: {printable(warning)}\n")
+    billed = report.bill is not None
     if options.html is not None:
-        _write_page(options.html, render_html(report), out)
+        _write_page(options.html, (render_bill_html if billed else render_html)(report), out)
     elif options.output == "json":
         json.dump(report_doc(report), out, indent=2)
         out.write("\n")
     elif options.output == "csv":
-        out.write(render_csv(report))
+        out.write((render_bill_csv if billed else render_csv)(report))
     else:
-        out.write(render_table(report))
+        out.write((render_bill_table if billed else render_table)(report))
     return ExitCode.OK
 
 
 def report_command(flags: ReportFlags, out: TextIO) -> ExitCode:
     """``gpuledger report``: the flags checked (before any query), then the report."""
-    if flags.output == "json" and flags.by != "job":
+    owner_key = _owner_key(flags)
+    if flags.output == "json" and flags.by in ("namespace", "node"):
         raise UsageError(
             f"--by {flags.by} shapes the table, --csv and --html; the --json document always "
-            "lists jobs, nodes and totals"
+            "lists jobs, nodes and totals (and by an owner key, the bill)"
+        )
+    if flags.prices is not None and owner_key is None:
+        raise UsageError(
+            f"--prices prices a bill by owner: add --by owner (or team, another owner key); "
+            f"--by {flags.by} has no costs"
         )
     options = ReportOptions(
         settings=prometheus_settings(flags),
         window=report_window(flags.since, flags.until),
-        by=By(flags.by),
+        by=By.JOB if owner_key is not None else By(flags.by),
         output=flags.output,
         html=flags.html,
+        owner_key=owner_key,
+        prices=None if flags.prices is None else _load_prices(flags.prices),
     )
     return run_report(options, out)
+
+
+def _owner_key(flags: ReportFlags) -> str | None:
+    """``--by``'s owner key, ``None`` for job, namespace or node; ``UsageError`` naming the flag
+    for a name that is no label."""
+    if flags.by in {b.value for b in By}:
+        return None
+    try:
+        return check_owner_key(flags.by)
+    except ValueError as exc:
+        raise UsageError(f"--by: {printable(str(exc))}") from None
+
+
+def _load_prices(path: Path) -> Prices:
+    from gpuledger.policy.prices_load import load_prices  # noqa: PLC0415 - only with --prices
+
+    return load_prices(path)
 
 
 def report_window(since: timedelta | datetime, until: datetime | None) -> Window:

@@ -7,4 +7,5 @@ No module here reads a source, the clock or a file (import-linter forbids every 
 - ``fleet_bounds``: the fleet's bounds on one node's ledger, and discovery's targets merged
 - ``history``: the history's arithmetic: since-whens, GPU-second counts, trails, dated findings
 - ``report_queries``: the PromQL ``gpuledger report`` asks, and the report made of the answers
+- ``report_costs``: the bill by owner of those answers, its costs rounded once to the cent
 """

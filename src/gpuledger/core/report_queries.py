@@ -6,6 +6,12 @@ Two instant queries at the window's end, one per counter family of ``gpuledger s
   (``use="held"``) or left idle (``use="idle"``) on the GPUs it reserved;
 - ``gpuledger_gpu_state_seconds_total{uuid,state}``: seconds each GPU spent in each state.
 
+``report --by owner`` (or ``team``, any owner key) asks three others instead: the job counter
+summed by its owner, card ``model`` and MIG ``profile`` labels as well (``owner_job_query``), and
+each state counter, the cards' and the MIG instances', by state and card model
+(``card_state_query``, ``mig_state_query``); ``core/report_costs.py`` makes the bill of them,
+and the report's jobs and nodes are made of the same answers (a bill costs no extra query).
+
 Prometheus's ``increase()`` does the counting over the window, so a counter reset (a
 controller restarted without its history) is handled by Prometheus's own rule, never by
 subtracting raw samples here. Each series' increase is summed by the labels a report needs;
@@ -15,6 +21,7 @@ Nothing here reads the network: ``commands/report.py`` sends the queries.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
@@ -22,6 +29,27 @@ from gpuledger.model.report_values import By, NodeHours, Report, Sample, UseHour
 
 JOB_METRIC = "gpuledger_job_gpu_seconds_total"
 STATE_METRIC = "gpuledger_gpu_state_seconds_total"
+MIG_STATE_METRIC = "gpuledger_mig_instance_state_seconds_total"
+OWNER_LABEL = "owner"
+"""The resolved owner of a job's counters: its meta's, else its namespace (``serve``)."""
+_PRICE_LABELS = ("model", "profile")
+_NOT_OWNER_KEYS = frozenset(
+    {
+        "job",
+        "namespace",
+        "node",
+        "nomad_job",
+        "use",
+        "model",
+        "profile",
+        "instance",
+        "state",
+        "uuid",
+        "parent",
+    }
+)
+"""Labels of gpuledger's counters (or Prometheus's own ``job``) that no owner key can be."""
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _JOB_LABELS = ("namespace", "nomad_job", "use", "node", "instance")
 _STATE_LABELS = ("state", "node", "instance")
 USES = ("held", "idle")
@@ -40,6 +68,52 @@ def job_query(window: Window) -> str:
 def state_query(window: Window) -> str:
     """Seconds per state and node over the window."""
     return _sum_increase(STATE_METRIC, _STATE_LABELS, window)
+
+
+def check_owner_key(key: str) -> str:
+    """``key`` when it can name an owner label (a Prometheus label name, not ``__``-reserved and
+    not a label of gpuledger's counters); ``ValueError`` saying why not."""
+    if not _LABEL_NAME.fullmatch(key) or key.startswith("__"):
+        raise ValueError(
+            f"{key!r} is neither job, namespace, node nor an owner key (a label name: "
+            "letters, digits and _, not starting with a digit or __)"
+        )
+    if key in _NOT_OWNER_KEYS:
+        raise ValueError(f"{key!r} is a label of gpuledger's counters, not an owner key")
+    return key
+
+
+def owner_job_query(window: Window, key: str) -> str:
+    """Held and idle seconds per job, use, node, card model, MIG profile and owner (and the
+    owner key ``key``): what a bill is made of. ``owner`` is always asked, so that counters of
+    controllers that do not label it can be told from jobs without an owner."""
+    keys = dict.fromkeys((*_JOB_LABELS, *_PRICE_LABELS, OWNER_LABEL, key))
+    return _sum_increase(JOB_METRIC, keys, window)
+
+
+def card_state_query(window: Window) -> str:
+    """Seconds per state, card model and node: the whole cards' hours (a card in MIG mode is
+    priced through its instances)."""
+    return _sum_increase(STATE_METRIC, ("state", "model", "node", "instance"), window)
+
+
+def mig_state_query(window: Window) -> str:
+    """Seconds per state, card model, MIG profile and node: the MIG instances' hours."""
+    return _sum_increase(
+        MIG_STATE_METRIC, ("state", "model", "profile", "node", "instance"), window
+    )
+
+
+def owner_of(labels: Mapping[str, str], key: str) -> str:
+    """The owner a job's series is billed to: its label ``key``, else its namespace (a job
+    whose meta has no such key; Prometheus drops a label whose value is empty)."""
+    return labels.get(key) or labels.get("namespace", "")
+
+
+def lacks_owner_labels(job_samples: Iterable[Sample]) -> bool:
+    """Every job series lacks the ``owner`` label: the controllers that counted them are older
+    than the report by owner (``serve`` always sets it, to the namespace at least)."""
+    return not any(s.labels.get(OWNER_LABEL) for s in job_samples)
 
 
 def node_of(labels: Mapping[str, str]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, overload
 
 from gpuledger.model.health import GpuHealth, LostGpu, NomadDevice, XidEvent
@@ -30,7 +31,7 @@ from gpuledger.model.values import (
 
 if TYPE_CHECKING:  # a node controller never builds the fleet's or the report's documents
     from gpuledger.model.fleet_values import Fleet, FleetNode
-    from gpuledger.model.report_values import Report, UseHours
+    from gpuledger.model.report_values import Bill, JobBill, OwnerBill, Report, UseHours
 
 SCHEMA = 1
 """The version of the JSON contract."""
@@ -346,8 +347,14 @@ def _use_doc(row: UseHours) -> dict[str, float | None]:
 
 
 def report_doc(report: Report) -> dict[str, object]:
-    """The document of ``report --json``: GPU-hours per job (most idle first), node, in all."""
-    return {
+    """The document of ``report --json``: GPU-hours per job (most idle first), node, in all;
+    by an owner key, the bill too (``_bill_doc``)."""
+    bill = report.bill
+    totals: dict[str, object] = {
+        **_use_doc(report.totals),
+        "hours": {s: _hours(h) for s, h in report.state_totals.items()},
+    }
+    doc: dict[str, object] = {
         "schema": SCHEMA,
         "since": iso_time(report.window.since),
         "until": iso_time(report.window.until),
@@ -358,8 +365,54 @@ def report_doc(report: Report) -> dict[str, object]:
             {"node": n.node, "hours": {s: _hours(h) for s, h in n.hours.items()}}
             for n in report.nodes
         ],
-        "totals": {
-            **_use_doc(report.totals),
-            "hours": {s: _hours(h) for s, h in report.state_totals.items()},
-        },
+        "totals": totals,
+        "by": report.by.value if bill is None else bill.by,
+        "currency": None if bill is None else bill.currency,
     }
+    return doc if bill is None else _with_bill(doc, totals, bill)
+
+
+def _money(amount: Decimal | None) -> float | None:
+    """A cost as a JSON number to the cent (``null`` without prices)."""
+    return None if amount is None else float(amount)
+
+
+def _job_bill_doc(job: JobBill) -> dict[str, object]:
+    return {
+        "namespace": job.namespace,
+        "job": job.job,
+        **_use_doc(job.hours),
+        "cost": _money(job.cost),
+        "notes": list(job.notes),
+    }
+
+
+def _owner_bill_doc(owner: OwnerBill) -> dict[str, object]:
+    return {
+        "owner": owner.owner,
+        **_use_doc(owner.hours),
+        "cost": _money(owner.cost),
+        "jobs": [_job_bill_doc(j) for j in owner.jobs],
+    }
+
+
+def _with_bill(doc: dict[str, object], totals: dict[str, object], bill: Bill) -> dict[str, object]:
+    """``doc`` with the bill: ``owners``, and in ``totals`` the nobody's hours and the costs
+    (``cost`` and each of ``costBy`` ``null`` without prices)."""
+    by = bill.cost_by
+    totals = {**totals}
+    totals.update(
+        {
+            "unaccountedHours": _hours(bill.unaccounted_hours),
+            "freeHours": _hours(bill.free_hours),
+            "unknownHours": _hours(bill.unknown_hours),
+            "cost": None if by is None else _money(by.total),
+            "costBy": {
+                "owners": None if by is None else _money(by.owners),
+                "unaccounted": None if by is None else _money(by.unaccounted),
+                "free": None if by is None else _money(by.free),
+                "unknown": None if by is None else _money(by.unknown),
+            },
+        }
+    )
+    return {**doc, "owners": [_owner_bill_doc(o) for o in bill.owners], "totals": totals}

@@ -12,4 +12,5 @@ it is shown:
 - ``fleet_metrics``: the fleet's ``/metrics``
 - ``fleet_page``: the fleet's page
 - ``report_formats``: ``report``'s table, CSV and HTML page
+- ``report_bill``: the bill of ``report --by owner`` as a table, CSV and its part of the page
 """

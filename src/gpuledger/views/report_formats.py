@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
+from typing import Any
 
 from gpuledger.model import GpuState
 from gpuledger.model.contract import iso_time
@@ -28,7 +29,7 @@ _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _CHART_WIDTH, _LABEL_WIDTH, _BAR_WIDTH, _ROW_HEIGHT = 960, 280, 520, 24
 
 
-def _h(hours: float) -> str:
+def hours_cell(hours: float) -> str:
     """Hours for a column headed ``H``: one decimal from an hour up, two significant digits
     below it (at most three decimals), so that a short window's 0.033 h is not "0.0"."""
     if hours == 0 or hours >= 1:
@@ -50,7 +51,8 @@ def _amounts(reserved: float, *hours: float) -> list[str]:
     return [f"{h * 3600:.0f} s" for h in hours]
 
 
-def _share(share: float | None) -> str:
+def share_cell(share: float | None) -> str:
+    """An idle share as a percentage; ``-`` when nothing was reserved."""
     return "-" if share is None else f"{share * 100:.1f}%"
 
 
@@ -64,16 +66,27 @@ def states_of(report: Report) -> list[str]:
     return known + sorted(set(report.state_totals) - set(known))
 
 
-def _window_line(report: Report) -> str:
+def window_line(report: Report) -> str:
+    """The report's first line: its window, its source, what its rows are per (and by an owner
+    key, the currency)."""
     source = f" from {report.source}" if report.source else ""
+    bill = report.bill
+    by = report.by.value if bill is None else bill.by
+    money = f", costs in {bill.currency}" if bill is not None and bill.cost_by else ""
     return (
         f"GPU-hours from {iso_time(report.window.since)} to {iso_time(report.window.until)}"
-        f"{source}, by {report.by.value}"
+        f"{source}, by {by}{money}"
     )
 
 
-def _use_cells(row: UseHours) -> list[str]:
-    return [_h(row.reserved), _h(row.held), _h(row.idle), _share(row.idle_share)]
+def use_cells(row: UseHours) -> list[str]:
+    """Reserved, held and idle hours and the idle share, as the tables show them."""
+    return [
+        hours_cell(row.reserved),
+        hours_cell(row.held),
+        hours_cell(row.idle),
+        share_cell(row.idle_share),
+    ]
 
 
 def _use_table(report: Report) -> list[str]:
@@ -81,24 +94,25 @@ def _use_table(report: Report) -> list[str]:
     if not report.rows:
         return ["No job reserved a GPU in this window."]
     rows = [[*keys, "RESERVED H", "HELD H", "IDLE H", "IDLE SHARE"]]
-    rows += [[*(printable(k) or "-" for k in r.key), *_use_cells(r)] for r in report.rows]
-    rows.append(["TOTAL", *[""] * (len(keys) - 1), *_use_cells(report.totals)])
+    rows += [[*(printable(k) or "-" for k in r.key), *use_cells(r)] for r in report.rows]
+    rows.append(["TOTAL", *[""] * (len(keys) - 1), *use_cells(report.totals)])
     return columns(rows, right=range(len(keys), len(keys) + 4))
 
 
-def _node_table(report: Report) -> list[str]:
+def node_table(report: Report) -> list[str]:
+    """Each node's hours in each state, and the total."""
     states = states_of(report)
     rows = [["NODE", *(f"{printable(s).upper()} H" for s in states)]]
     for n in report.nodes:
-        cells = [_h(n.hours[s]) if s in n.hours else "-" for s in states]
+        cells = [hours_cell(n.hours[s]) if s in n.hours else "-" for s in states]
         rows.append([printable(n.node) or "-", *cells])
-    rows.append(["TOTAL", *(_h(report.state_totals[s]) for s in states)])
+    rows.append(["TOTAL", *(hours_cell(report.state_totals[s]) for s in states)])
     return columns(rows, right=range(1, len(states) + 1))
 
 
 def render_table(report: Report) -> str:
     """The report for a terminal: the rows (most idle first), then each node's state hours."""
-    lines = [printable(_window_line(report)), "", *_use_table(report), "", *_node_table(report)]
+    lines = [printable(window_line(report)), "", *_use_table(report), "", *node_table(report)]
     return "\n".join(lines) + "\n"
 
 
@@ -160,7 +174,7 @@ def bars(rows: Iterable[UseHours], limit: int = BAR_LIMIT) -> list[Bar]:
             Bar(
                 label=name if len(name) <= 36 else name[:35] + "…",
                 title=f"{name}: {held} held, {idle} idle "
-                f"({_share(r.idle_share)} of {reserved} reserved)",
+                f"({share_cell(r.idle_share)} of {reserved} reserved)",
                 y=i * _ROW_HEIGHT,
                 held_width=round(r.held * scale, 2),
                 idle_width=round(r.idle * scale, 2),
@@ -168,6 +182,21 @@ def bars(rows: Iterable[UseHours], limit: int = BAR_LIMIT) -> list[Bar]:
             )
         )
     return result
+
+
+@dataclass(frozen=True)
+class BillChart:
+    """The bill's part of the page (``views/report_bill.py`` makes it): the picture's bars,
+    the table's rows as (class, label, cells), the owners' totals and the cost."""
+
+    by: str
+    currency: str | None
+    bars: tuple[Any, ...]
+    height: float
+    rows: tuple[tuple[str, str, list[str]], ...]
+    totals: tuple[str, ...]
+    cost: str | None
+    nobody: tuple[tuple[str, str], ...]
 
 
 @cache
@@ -178,8 +207,9 @@ def _style() -> tuple[str, str]:
     return css, f"'sha256-{digest}'"
 
 
-def render_html(report: Report) -> str:
-    """The report as one self-contained HTML page with an inline SVG bar chart."""
+def render_html(report: Report, bill: BillChart | None = None) -> str:
+    """The report as one self-contained HTML page with an inline SVG bar chart; with ``bill``,
+    the bill by owner's picture and table in place of the per-job bars and rows."""
     css, css_hash = _style()
     states = states_of(report)
     chart = bars(report.rows)
@@ -191,14 +221,14 @@ def render_html(report: Report) -> str:
             since=iso_time(report.window.since),
             until=iso_time(report.window.until),
             key_headers=_KEY_HEADERS[report.by],
-            rows=[([k or "-" for k in r.key], _use_cells(r)) for r in report.rows],
-            totals=_use_cells(report.totals),
+            rows=[([k or "-" for k in r.key], use_cells(r)) for r in report.rows],
+            totals=use_cells(report.totals),
             states=states,
             nodes=[
-                (n.node or "-", [_h(n.hours[s]) if s in n.hours else "-" for s in states])
+                (n.node or "-", [hours_cell(n.hours[s]) if s in n.hours else "-" for s in states])
                 for n in report.nodes
             ],
-            state_totals=[_h(report.state_totals[s]) for s in states],
+            state_totals=[hours_cell(report.state_totals[s]) for s in states],
             bars=chart,
             chart={
                 "width": _CHART_WIDTH,
@@ -209,5 +239,6 @@ def render_html(report: Report) -> str:
             more=max(0, len(report.rows) - len(chart)),
             css=css,
             css_hash=css_hash,
+            bill=bill,
         )
     )
