@@ -36,7 +36,13 @@ from pathlib import Path
 
 import requests
 
-from gpuledger.core.report_queries import job_query, state_query
+from gpuledger.core.report_queries import (
+    card_state_query,
+    job_query,
+    mig_state_query,
+    owner_job_query,
+    state_query,
+)
 from gpuledger.model.report_values import Window
 
 STEP, HOUR, DAY = 15, 3600, 86400
@@ -71,6 +77,17 @@ def held_until(job: int, since_start: int) -> int:
     return full * held_per_cycle + min(rest, held_per_cycle)
 
 
+def model(gpu: int) -> str:
+    """The card's name as the driver gives it: H100s on the first half of the nodes, A100s on
+    the rest (so the prices file's globs choose between two prices)."""
+    return "NVIDIA H100 80GB HBM3" if gpu // PER_NODE < NODES // 2 else "NVIDIA A100-SXM4-80GB"
+
+
+def owner_labels(job: int) -> str:
+    """What ``serve --owner-meta owner,team`` puts on a job's counters: 40 owners in 12 teams."""
+    return f'owner="user-{job % 40:02d}",team="team-{job % 12:02d}",owner_email=""'
+
+
 def labels(gpu: int) -> str:
     node = gpu // PER_NODE
     where = f'instance="10.30.0.{node + 1}:9877",job="gpuledger"'
@@ -80,7 +97,10 @@ def labels(gpu: int) -> str:
 def job_lines(job: int, lo: int, hi: int) -> Iterator[str]:
     """The job's two counters at each scrape in [lo, hi) (seconds since START)."""
     gpu, start, end = job_span(job)
-    base = labels(gpu) + f',namespace="team-{job % 12:02d}",nomad_job="job-{job:04d}"'
+    base = (
+        labels(gpu) + f',namespace="team-{job % 12:02d}",nomad_job="job-{job:04d}",'
+        f'model="{model(gpu)}",profile="",{owner_labels(job)}'
+    )
     first = max(lo, start + (-start % STEP))
     for use in ("held", "idle"):
         prefix = f'gpuledger_job_gpu_seconds_total{{{base},use="{use}"}} '
@@ -108,7 +128,7 @@ def state_lines(gpu: int, lo: int, hi: int) -> Iterator[str]:
     for state in STATES:
         prefix = (
             f'gpuledger_gpu_state_seconds_total{{{labels(gpu)},state="{state}",'
-            f'uuid="GPU-{gpu:04d}"}} '
+            f'uuid="GPU-{gpu:04d}",model="{model(gpu)}"}} '
         )
         yield "".join(
             f"{prefix}{v} {START + t}\n" for v, t in zip(counts[state], times, strict=True)
@@ -211,23 +231,38 @@ def timed(command: list[str]) -> float:
 def measure(url: str, runs: int, folder: Path) -> dict[str, list[float]]:
     """Wall seconds of each way, alternated, after one warm-up of each."""
     window = Window(until=datetime.fromtimestamp(END, timezone.utc), seconds=WEEK)
+    prices = folder / "prices.yaml"
+    prices.write_text(
+        'currency: EUR\ndefault: 1.00\nmodels:\n  "NVIDIA H100*": 4.00\n  "NVIDIA A100*": 2.50\n'
+    )
     gpuledger = str(Path(sys.executable).with_name("gpuledger"))
     report = [gpuledger, "report", "--prometheus", url, "--since", "7d", "--until", str(END)]
     ways = {
         "report": report,
         "report --html": [*report, "--html", str(folder / "report.html")],
         "curl": None,
+        "report --by owner --prices": [*report, "--by", "owner", "--prices", str(prices)],
+        "curl (by owner)": None,
     }
-    curls = [
-        ["curl", "-sS", "--fail", "-G", "-o", "/dev/null", f"{url}/api/v1/query",
-         "--data-urlencode", f"query={q}", "--data-urlencode", f"time={END}.000",
-         "--data-urlencode", "timeout=120"]
-        for q in (job_query(window), state_query(window))
-    ]  # fmt: skip
+
+    def curls(queries: tuple[str, ...]) -> list[list[str]]:
+        return [
+            ["curl", "-sS", "--fail", "-G", "-o", "/dev/null", f"{url}/api/v1/query",
+             "--data-urlencode", f"query={q}", "--data-urlencode", f"time={END}.000",
+             "--data-urlencode", "timeout=120"]
+            for q in queries
+        ]  # fmt: skip
+
+    raw = {
+        "curl": curls((job_query(window), state_query(window))),
+        "curl (by owner)": curls(
+            (owner_job_query(window, "owner"), card_state_query(window), mig_state_query(window))
+        ),
+    }
     times: dict[str, list[float]] = {name: [] for name in ways}
     for i in range(runs + 1):
         for name, command in ways.items():
-            took = sum(timed(c) for c in curls) if command is None else timed(command)
+            took = sum(timed(c) for c in raw[name]) if command is None else timed(command)
             if i > 0:
                 times[name].append(took)
     startup = [timed([gpuledger, "--version"]) for _ in range(5)]
@@ -256,9 +291,10 @@ def main() -> None:
     finally:
         prometheus.terminate()
         prometheus.wait()
-    curl = statistics.median(times["curl"])
+    baselines = {name: statistics.median(times[name]) for name in ("curl", "curl (by owner)")}
     print(f"\n{args.runs} runs each, alternated; wall seconds, median (min - max):")
     for name, values in times.items():
+        curl = baselines["curl (by owner)" if "owner" in name else "curl"]
         ratio = statistics.median(values) / curl
         print(f"  {name:22} {statistics.median(values):6.3f} ({min(values):.3f} - "
               f"{max(values):.3f})  {ratio:.2f}x curl")  # fmt: skip

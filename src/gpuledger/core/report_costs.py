@@ -35,6 +35,7 @@ from gpuledger.errors import ConfigError
 from gpuledger.model.mig_slices import mig_share
 from gpuledger.model.prices import Prices
 from gpuledger.model.report_values import Bill, CostBy, JobBill, OwnerBill, Sample, UseHours
+from gpuledger.policy.owner_map import address_problem
 
 RESERVED_STATES = ("held", "reserved-idle")
 LINES = ("unaccounted", "free", "unknown")
@@ -60,6 +61,8 @@ class _Tally:
     jobs: dict[JobKey, dict[Unit, dict[str, Fraction]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(Fraction)))
     )
+    emails: dict[str, str] = field(default_factory=dict)
+    """Each owner's address from a job's ``owner_email`` meta (the first sound one seen)."""
 
 
 def _unit(labels: Mapping[str, str], mig: bool = False) -> Unit:
@@ -87,6 +90,9 @@ def _tally(
             )
             tally.jobs[job][unit][use] += Fraction(s.value)
             tally.charged[unit] += Fraction(s.value)
+            email = s.labels.get("owner_email", "")
+            if email and job[0] not in tally.emails and address_problem(email) is None:
+                tally.emails[job[0]] = email
     return tally
 
 
@@ -173,7 +179,9 @@ def _owners(tally: _Tally, cents: Mapping[object, int] | None) -> tuple[OwnerBil
         held = sum(j.hours.held for j in jobs)
         idle = sum(j.hours.idle for j in jobs)
         cost = None if cents is None else sum((j.cost or Decimal(0) for j in jobs), Decimal(0))
-        owners.append(OwnerBill(owner, UseHours((owner,), held, idle), cost, tuple(jobs)))
+        hours = UseHours((owner,), held, idle)
+        email = tally.emails.get(owner)
+        owners.append(OwnerBill(owner, hours, cost, tuple(jobs), email=email))
     owners.sort(key=lambda o: (-o.hours.idle, -o.hours.reserved, o.owner))
     return tuple(owners)
 
