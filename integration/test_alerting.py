@@ -202,6 +202,9 @@ def test_a_task_on_a_gpu_it_did_not_reserve_is_alerted_then_resolved(
         "namespace": "research",
         "nomad_job": "train-llm",
         "task": "trainer",
+        # The job's owner labels (demo.yaml: its group's owner over its job's; the job's team).
+        "owner": "alice",
+        "team": "ml-platform",
         "node": NODE,
         "instance": stack.serve.url.removeprefix("http://"),
         "job": "gpuledger",
