@@ -231,11 +231,33 @@ def container(started: Started) -> dict[str, str]:
     return {"id": started.id, "name": started.name, "runtime": started.runtime}
 
 
+def owner(namespace: str | None) -> dict[str, object]:
+    """``owner`` and ``ownerLabels`` of a job with no owner meta (the scene's jobs have none):
+    its namespace owns it, under the default ``--owner-meta owner,team``."""
+    return {
+        "owner": namespace,
+        "ownerLabels": {"owner": namespace, "team": "", "owner_email": ""},
+    }
+
+
+NO_OWNER: dict[str, object] = {"owner": None, "ownerLabels": {}}
+"""What an allocation whose job gpuledger may not read shows: no meta, so no owner."""
+
+
 def alloc(
-    alloc_id: str, namespace: str | None, job: str | None, group: str | None, task: str | None
-) -> dict[str, str | None]:
-    """The ``alloc`` of a tenant as the contract writes it."""
-    return {"id": alloc_id, "namespace": namespace, "job": job, "group": group, "task": task}
+    alloc_id: str,
+    namespace: str | None,
+    job: str | None,
+    group: str | None,
+    task: str | None,
+    owned: dict[str, object] | None = None,
+) -> dict[str, object]:
+    """The ``alloc`` of a tenant as the contract writes it (``owned``: its owner keys, by
+    default those of a job of ``namespace`` without owner meta)."""
+    keys = owner(namespace) if owned is None else owned
+    return {
+        "id": alloc_id, "namespace": namespace, "job": job, "group": group, "task": task, **keys
+    }  # fmt: skip
 
 
 # ---------------------------------------------------------------- the layouts really seen here
@@ -312,6 +334,7 @@ def test_docker_task_with_extra_labels(both_on: dict[str, Any], scene: dict[str,
         "job": "train-llm",
         "group": "train",
         "task": "trainer",
+        **owner("research"),
     }
     (tenant,) = gpu["tenants"]
     assert tenant["pid"] == scene["trainer"].pid
@@ -386,7 +409,7 @@ def test_hidden_allocation_is_unknown_and_names_namespace_and_capability(
     (tenant,) = gpu["tenants"]
     assert tenant["container"] == container(scene["risk"])
     # the namespace from the container's label, the task from its name
-    assert tenant["alloc"] == alloc(A_RISK, "finance", None, None, "risk")
+    assert tenant["alloc"] == alloc(A_RISK, "finance", None, None, "risk", NO_OWNER)
     assert (tenant["allocFromName"], tenant["allocVisible"]) == (False, False)
     (finding,) = [f for f in both_on["findings"] if f["gpu"] == GPUS[6]]
     assert finding["code"] == "source-unavailable"
