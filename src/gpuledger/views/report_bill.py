@@ -87,7 +87,20 @@ def render_bill_table(report: Report) -> str:
     assert bill is not None  # noqa: S101 - the command renders a bill only when it made one
     legend = "; ".join(f"{line}: {what}" for line, what in NOBODY.items())
     lines = [printable(window_line(report)), "", *bill_table(bill), legend, ""]
-    return "\n".join([*lines, *node_table(report)]) + "\n"
+    return "\n".join([*lines, *notes_lines(bill), *node_table(report)]) + "\n"
+
+
+def notes_lines(bill: Bill) -> list[str]:
+    """``NOTES`` and a line per note (``owner  namespace/job: note``), then a blank line; none
+    when no job has a note."""
+    lines = [
+        f"{printable(o.owner) or '-'}  {printable(j.namespace) or '-'}/{printable(j.job) or '-'}: "
+        f"{printable(note)}"
+        for o in bill.owners
+        for j in o.jobs
+        for note in j.notes
+    ]
+    return ["NOTES", *lines, ""] if lines else []
 
 
 def render_bill_csv(report: Report) -> str:

@@ -207,6 +207,11 @@ def _style() -> tuple[str, str]:
     return css, f"'sha256-{digest}'"
 
 
+def report_style() -> tuple[str, str]:
+    """The report's style sheet and its CSP source, for every page made of a report."""
+    return _style()
+
+
 def render_html(report: Report, bill: BillChart | None = None) -> str:
     """The report as one self-contained HTML page with an inline SVG bar chart; with ``bill``,
     the bill by owner's picture and table in place of the per-job bars and rows."""
