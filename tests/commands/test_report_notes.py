@@ -12,6 +12,7 @@ import pytest
 
 from gpuledger.cli import main
 from tests.fakes.fake_prometheus import Answer, fake_prometheus
+from tests.fakes.smtp_inbox import closed_port, smtp_server
 
 UNTIL = "2026-11-16T00:00:00Z"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -23,6 +24,7 @@ def vector(*items: tuple[dict[str, str], float]) -> str:
 
 
 JOB = {"namespace": "research", "nomad_job": "notebook", "owner": "bob", "model": H100}
+CAROL = {"namespace": "ml", "nomad_job": "eval", "owner": "carol", "model": H100}
 EMPTY = vector()
 
 
@@ -32,7 +34,8 @@ def answers(query: str) -> Answer:
     note = {"namespace": "research", "nomad_job": "notebook"}
     if query.startswith("sum by (namespace, nomad_job, use, node, instance, model, profile"):
         return 200, vector(({**JOB, "use": "held", "node": "n"}, 3600.0),
-                           ({**JOB, "use": "idle", "node": "n"}, 9 * 3600.0))  # fmt: skip
+                           ({**JOB, "use": "idle", "node": "n"}, 9 * 3600.0),
+                           ({**CAROL, "use": "held", "node": "n"}, 3600.0))  # fmt: skip
     if "gpuledger_gpu_state_seconds_total" in query:
         card = {"model": H100, "node": "n"}
         return 200, vector(({**card, "state": "held"}, 3600.0),
@@ -69,11 +72,13 @@ def test_notes_in_the_json_and_the_table(capsys: pytest.CaptureFixture[str]) -> 
         code, out = run(prom.url, "--notes", "--json")
     assert code == 0, capsys.readouterr().err
     job = json.loads(out)["owners"][0]["jobs"][0]
+    assert job["job"] == "notebook"
     assert job["notes"] == [
         "idle 90 % of its reservation",
         "held but below 5 % utilisation for 1.0 h",
         "peak memory 9 GiB of 80 GiB: a 1g.10gb MIG slice would hold it",
     ]
+    assert json.loads(out)["owners"][1]["jobs"][0]["notes"] == []  # busy, nothing measured
     assert len(prom.seen) == 3 + 7  # the bill's three queries, then the notes' seven
     with fake_prometheus(answers) as prom:
         code, out = run(prom.url, "--notes")
@@ -112,7 +117,8 @@ def test_split_writes_the_owner_s_pages(tmp_path: Path, capsys: pytest.CaptureFi
     with fake_prometheus(with_used) as prom:
         code, out = run(prom.url, "--notes", "--split", str(tmp_path))
     assert code == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bob.html", "bob.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bob.html", "bob.md", "carol.html", "carol.md"]  # fmt: skip
     assert f"wrote {tmp_path / 'bob.md'}\n" in out
     md = (tmp_path / "bob.md").read_text()
     assert "- research/notebook: idle 90 % of its reservation" in md
@@ -157,3 +163,34 @@ def test_usage_errors_exit_2_before_any_query(
     assert message in err
     assert "Traceback" not in err
     assert prom.seen == []
+
+
+def _mail_args(tmp_path: Path, host: str, port: int) -> list[str]:
+    owners = tmp_path / "owners.yaml"
+    owners.write_text("owners:\n  bob: bob@example.org\n  carol: carol@example.org\n")
+    smtp = ["--smtp-host", host, "--smtp-port", str(port), "--smtp-tls", "none"]
+    return ["--mail", "--mail-send", "--mail-from", "gpu@example.org", "--owner-map",
+            str(owners), *smtp]  # fmt: skip
+
+
+def test_a_refused_recipient_costs_its_mail_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with smtp_server(refuse={"bob@example.org"}) as smtp, fake_prometheus(with_used) as prom:
+        code, out = run(prom.url, *_mail_args(tmp_path, smtp.host, smtp.port))
+        received = [r.rcpt_tos for r in smtp.inbox.received]
+    assert code == 1  # a mail was not delivered
+    assert received == [["carol@example.org"]]  # the other owner still got theirs, once
+    assert "bob@example.org" in out and "550" in out
+
+
+def test_a_server_nobody_answers_on_is_named_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = closed_port()
+    with fake_prometheus(with_used) as prom:
+        code, out = run(prom.url, *_mail_args(tmp_path, "127.0.0.1", port))
+    shown = out + capsys.readouterr().err
+    assert code == 1
+    assert f"127.0.0.1:{port}" in shown
+    assert "Traceback" not in shown
