@@ -66,3 +66,16 @@ def test_a_refusal_of_the_report_is_its_usage_error() -> None:
     code = run_demo_report(out, by="job", prices_text=bad, now=NOW, err=err)
     assert code == ExitCode.USAGE
     assert "prices" in err.getvalue()
+
+
+def test_demo_report_prints_the_priced_bill_by_owner() -> None:
+    from gpuledger.cli import main  # noqa: PLC0415
+
+    out = io.StringIO()
+    assert main(["demo", "--report"], out) == ExitCode.OK
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("gpuledger demo --report: a SIMULATED week")
+    header = next(line for line in lines if line.startswith("OWNER"))
+    assert header.split()[-2:] == ["COST", "EUR"]
+    owners = {line.split()[0] for line in lines if line[:1].isalpha() and not line.isupper()}
+    assert {"alice", "bob", "carol", "dave", "erin"} <= owners
