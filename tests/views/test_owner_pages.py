@@ -169,3 +169,16 @@ def test_split_writes_two_files_per_owner(tmp_path: Path) -> None:
 def test_split_needs_a_folder_it_can_write(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such directory"):
         check_split_target(tmp_path / "missing")
+
+
+def test_the_bill_s_page_shows_each_job_s_notes_under_its_name() -> None:
+    from gpuledger.views.report_bill import render_bill_html  # noqa: PLC0415
+
+    r = report(EVIL, EVIL)
+    page = render_bill_html(r)
+    parsed = Text()
+    parsed.feed(page)
+    assert "img" not in parsed.tags
+    assert parsed.tags.count("li") >= 2
+    assert "<li>idle 75 % of its reservation</li>" in page
+    assert "<li>reserved 2 GPUs and used 1</li>" in page

@@ -191,19 +191,25 @@ def bill_bars(bill: Bill) -> list[BillBar]:
     return bars
 
 
-def _page_rows(bill: Bill) -> list[tuple[str, str, list[str]]]:
-    """(class, label, cells) of the page's table."""
+PageRow = tuple[str, str, list[str], tuple[str, ...]]
+"""(class, label, cells, notes) of one row of the page's table."""
+
+
+def _page_rows(bill: Bill) -> list[PageRow]:
+    """The page's table: owners, their jobs (with their notes), the nobody's lines."""
     priced = bill.cost_by is not None
-    rows: list[tuple[str, str, list[str]]] = []
+    rows: list[PageRow] = []
     for owner in bill.owners:
-        rows.append(("owner", owner.owner or "-", [*use_cells(owner.hours), _money(owner.cost)]))
+        cells = [*use_cells(owner.hours), _money(owner.cost)]
+        rows.append(("owner", owner.owner or "-", cells, ()))
         for j in owner.jobs:
             label = f"{j.namespace or '-'}/{j.job or '-'}"
-            rows.append(("job", label, [*use_cells(j.hours), _money(j.cost)]))
+            rows.append(("job", label, [*use_cells(j.hours), _money(j.cost)], j.notes))
     for line, hours, amount in nobody_lines(bill):
-        rows.append((line, f"{line} ({hours_cell(hours)} h)", ["-"] * 4 + [_money(amount)]))
+        cells = ["-"] * 4 + [_money(amount)]
+        rows.append((line, f"{line} ({hours_cell(hours)} h)", cells, ()))
     if not priced:
-        rows = [(k, label, cells[:-1]) for k, label, cells in rows]
+        rows = [(k, label, cells[:-1], notes) for k, label, cells, notes in rows]
     return rows
 
 

@@ -193,7 +193,8 @@ class BillChart:
     currency: str | None
     bars: tuple[Any, ...]
     height: float
-    rows: tuple[tuple[str, str, list[str]], ...]
+    rows: tuple[tuple[str, str, list[str], tuple[str, ...]], ...]
+    """(class, label, cells, notes): a job's notes (``--notes``) under its name."""
     totals: tuple[str, ...]
     cost: str | None
     nobody: tuple[tuple[str, str], ...]
