@@ -4,6 +4,8 @@ Two instant queries (``core/report_queries.py`` says which and why), then one ou
 ``--json``, ``--csv`` or the ``--html`` page. By an owner key (``--by owner``, ``team`` …), three
 others, and the bill of them (``core/report_costs.py``), priced by ``--prices``; a glob of the
 prices file that matched no card is a warning on stderr, a card it cannot price an error.
+By an owner key, ``--notes``, ``--split DIR`` and ``--mail`` are ``commands/report_owners.py``'s:
+their files (the policy, the owner map, the folder) are read and checked before any query.
 A failure of Prometheus is one line on stderr and exit 1; so is a window in which Prometheus
 holds no counter of gpuledger at all, which means gpuledger is not scraped there (a scraped
 controller counts every GPU, free ones included).
