@@ -31,7 +31,10 @@ def test_every_query_covers_the_whole_window_at_the_scrape_step() -> None:
     assert note_step(Window(WEEK.until, 3600)) == 60
     assert "gpuledger_gpu_utilization_ratio) < 0.05" in queries["low"]
     assert 'gpuledger_finding_open{code="unreserved-tenant"}' in queries["unreserved"]
-    assert 'gpuledger_gpu_state{state="held"}' in queries["used"]
+    assert (
+        '{__name__=~"gpuledger_gpu_state|gpuledger_mig_instance_state",state="held"}'
+        in queries["used"]
+    )
     assert "gpuledger_tenant_gpu_memory_bytes" in queries["peak"]
 
 

@@ -5,8 +5,8 @@ Seven instant queries at the window's end over the gauges ``gpuledger serve`` ex
 
 - ``reserved``: the GPUs each job reserved, from
   ``gpuledger_gpu_reservation{uuid,namespace,nomad_job,task}`` (distinct UUIDs);
-- ``used``: of those, the GPUs it held: reserved by it while the GPU's state was ``held``
-  (``gpuledger_gpu_state{state="held"}``) at some step;
+- ``used``: of those, the GPUs it held: reserved by it while the GPU's (or MIG instance's)
+  state was ``held`` (``gpuledger_gpu_state``, ``gpuledger_mig_instance_state``) at some step;
 - ``low``: the steps its held GPUs spent below the rule's utilisation
   (``gpuledger_gpu_utilization_ratio``), summed by job; times the step, GPU-seconds;
 - ``peak``: its peak memory per GPU it reserved: its tenants' memory summed per step
@@ -20,8 +20,8 @@ The joins need the series side by side at one instant, so they are subqueries ``
 (evaluated at every multiple of ``STEP`` in the window); the step is the scrape interval of
 the built-in deploy (60 s), longer for a window so long that it would be more than 10,080
 steps (a week). Joins on ``uuid`` take ``max by (uuid)`` of the right side, so that a GPU
-scraped twice (two Prometheus jobs) is one. MIG instances' states are not joined: a job on
-MIG instances gets no ``used`` or ``low`` measure, only its reservations and memory.
+scraped twice (two Prometheus jobs) is one. A MIG instance has no utilisation of its own
+(the driver gives its card's): a job on MIG instances gets no ``low`` measure.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from gpuledger.policy.note_rules import NoteRules
 
 RESERVATION = "gpuledger_gpu_reservation"
 STATE = "gpuledger_gpu_state"
+MIG_STATE = "gpuledger_mig_instance_state"
 UTILISATION = "gpuledger_gpu_utilization_ratio"
 TENANT_MEMORY = "gpuledger_tenant_gpu_memory_bytes"
 MEMORY_TOTAL = "gpuledger_gpu_memory_total_bytes"
@@ -53,8 +54,12 @@ def note_step(window: Window) -> int:
     return max(MIN_STEP, -(-window.seconds // MAX_STEPS))
 
 
+HELD = f'{{__name__=~"{STATE}|{MIG_STATE}",state="held"}}'
+"""A card's or a MIG instance's ``held`` state series (1 while held)."""
+
+
 def _held_reservations() -> str:
-    return f'{RESERVATION} * on (uuid) group_left () (max by (uuid) ({STATE}{{state="held"}}) == 1)'
+    return f"{RESERVATION} * on (uuid) group_left () (max by (uuid) ({HELD}) == 1)"
 
 
 def note_queries(window: Window, rules: NoteRules) -> dict[str, str]:
