@@ -236,7 +236,7 @@ def measure(url: str, runs: int, folder: Path) -> dict[str, list[float]]:
         'currency: EUR\ndefault: 1.00\nmodels:\n  "NVIDIA H100*": 4.00\n  "NVIDIA A100*": 2.50\n'
     )
     gpuledger = str(Path(sys.executable).with_name("gpuledger"))
-    report = [gpuledger, "report", "--prometheus", url, "--since", "7d", "--until", str(END)]
+    report = [gpuledger, "report", "--prometheus", url, "--since", "7d", "--until", f"@{END}"]
     ways = {
         "report": report,
         "report --html": [*report, "--html", str(folder / "report.html")],

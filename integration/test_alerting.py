@@ -202,6 +202,9 @@ def test_a_task_on_a_gpu_it_did_not_reserve_is_alerted_then_resolved(
         "namespace": "research",
         "nomad_job": "train-llm",
         "task": "trainer",
+        # The job's owner labels (demo.yaml: its group's owner over its job's; the job's team).
+        "owner": "alice",
+        "team": "ml-platform",
         "node": NODE,
         "instance": stack.serve.url.removeprefix("http://"),
         "job": "gpuledger",
@@ -374,9 +377,13 @@ def unknown_names(stack: Stack, fleet: bool) -> list[str]:
     """What the rules and dashboard name, for the node or the fleet, that is not served."""
     assert not fleet or stack.fleet
     known = exposed(stack.fleet) if fleet and stack.fleet else exposed(stack.serve.url)
-    for record in (r["record"] for r in rules() if "record" in r):
-        series = stack.api("series", **{"match[]": record})
-        known[record] = {label for s in series for label in s} - {"__name__"}
+    for rule in (r for r in rules() if "record" in r):
+        series = stack.api("series", **{"match[]": rule["record"]})
+        # Prometheus keeps no empty label, so a recorded series lacks a label its rule groups
+        # by whose every value is empty (a `team` no job sets): the rule's own grouping, which
+        # is checked against the rule's inputs below, says what it may carry.
+        served = {label for s in series for label in s} - {"__name__"}
+        known[rule["record"]] = served | names(rule["expr"]).grouping
     # The fleet's series carry their own node (scraped with honor_labels).
     target_labels = {"instance", "job"} | (set() if fleet else {"node"})
     problems = []

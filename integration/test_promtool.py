@@ -84,9 +84,12 @@ def test_promtool_finds_nothing_to_lint_on_a_busy_node(promtool: str, world: Wor
         assert f'state="{state}"'.encode() in body
     assert b'gpuledger_findings{code="unreserved-tenant",level="BAD"} 2.0' in body
     assert b"gpuledger_tenant_gpu_memory_bytes{" in body
+    # The job counter with its card model and owner labels (demo.yaml's train-llm), the labels
+    # in the order prometheus_client writes them (by name).
     assert (
-        b'gpuledger_job_gpu_seconds_total{namespace="research",nomad_job="train-llm",use="held"}'
-        in body
+        b'gpuledger_job_gpu_seconds_total{model="NVIDIA H200",namespace="research",'
+        b'nomad_job="train-llm",owner="alice",owner_email="ml-platform@example.org",profile="",'
+        b'team="ml-platform",use="held"}' in body
     )
     run = check(promtool, body)
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")

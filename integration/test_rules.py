@@ -110,3 +110,28 @@ def test_amtool_checks_the_alertmanager_example_and_routes_each_severity(amtool:
         routed = run(amtool, "config", "routes", "test", f"--config.file={example}",
                      f"severity={severity}", "node=n1", "alertname=X")  # fmt: skip
         assert routed.stdout.strip() == f"gpuledger-{severity}", routed.stderr
+
+
+def test_amtool_routes_an_owners_job_alerts_to_its_receiver_and_the_rest_by_severity(
+    amtool: str,
+) -> None:
+    example = HERE / "alertmanager.example.yml"
+
+    def receiver(*labels: str) -> str:
+        routed = run(amtool, "config", "routes", "test", f"--config.file={example}", *labels)
+        assert routed.returncode == 0, routed.stderr
+        return routed.stdout.strip()
+
+    job = ("alertname=GPULedgerReservedIdle", "namespace=research", "nomad_job=train")
+    for owner in ("nlp-lab", "vision-lab", "finance-bi"):
+        for severity in ("critical", "warning", "info"):
+            assert receiver(*job, f"owner={owner}", f"severity={severity}") == f"owner-{owner}"
+    # An owner without a route of its own, and an alert without one (a node's, or from a
+    # gpuledger older than owners), by severity.
+    assert receiver(*job, "owner=research", "severity=warning") == "gpuledger-warning"
+    assert receiver(*job, "severity=info") == "gpuledger-info"
+    assert receiver("alertname=GPULedgerHot", "node=n1", "severity=warning") == (
+        "gpuledger-warning"
+    )
+    # The label's value matched whole: an owner that only starts like one is not it.
+    assert receiver(*job, "owner=nlp-lab-2", "severity=critical") == "gpuledger-critical"

@@ -231,16 +231,75 @@ def test_ticks_are_one_interval_apart_and_state_since_and_counters_grow(serving:
     since = {gpu(d, GPU0)["stateSince"] for d in ledgers}
     assert len(since) == 1
     text = serving.get("/metrics").text
-    held = metric(text, "gpuledger_gpu_state_seconds_total", state="held", uuid=GPU0)
-    assert held is not None and held >= 4
-    job = metric(
-        text,
-        "gpuledger_job_gpu_seconds_total",
-        namespace="research",
-        nomad_job="train-llm",
-        use="held",
+    held = metric(
+        text, "gpuledger_gpu_state_seconds_total", state="held", uuid=GPU0, model="NVIDIA H200"
     )
+    assert held is not None and held >= 4
+    job = metric(text, "gpuledger_job_gpu_seconds_total", **TRAIN_LLM, use="held")
     assert job == held
+
+
+# From sim/scenarios/demo.yaml: train-llm's job meta says owner ml-platform, its group's
+# owner alice (the group's wins, as Nomad merges meta); team and owner_email are the job's.
+TRAIN_LLM = {
+    "namespace": "research",
+    "nomad_job": "train-llm",
+    "model": "NVIDIA H200",
+    "profile": "",
+    "owner": "alice",
+    "team": "ml-platform",
+    "owner_email": "ml-platform@example.org",
+}
+
+
+def test_serve_labels_each_jobs_counters_reservations_and_findings_with_its_owner(
+    serving: Serve,
+) -> None:
+    ledger = serving.ready()
+    reservation = gpu(ledger, GPU0)["reservation"]
+    assert (reservation["owner"], reservation["ownerLabels"]) == (
+        "alice",
+        {"owner": "alice", "team": "ml-platform", "owner_email": "ml-platform@example.org"},
+    )
+
+    def counted() -> str | None:
+        text = serving.get("/metrics").text
+        held = metric(text, "gpuledger_job_gpu_seconds_total", **TRAIN_LLM, use="held")
+        return text if held else None
+
+    text = eventually(counted, "train-llm's held seconds under its owner")
+    # notebook-ana: no owner in the job's meta, its task's says ana; its team the job's.
+    notebook = {"namespace": "default", "nomad_job": "notebook-ana", "model": "NVIDIA H200",
+                "profile": "", "owner": "ana", "team": "analytics",
+                "owner_email": "ana@example.org"}  # fmt: skip
+    assert metric(text, "gpuledger_job_gpu_seconds_total", **notebook, use="idle")
+    assert (
+        metric(
+            text,
+            "gpuledger_gpu_reservation",
+            uuid=IDLE_GPU,
+            namespace="default",
+            nomad_job="notebook-ana",
+            task="jupyter",
+            owner="ana",
+            team="analytics",
+        )
+        == 1
+    )
+
+
+def test_owner_meta_names_the_owner_labels(start: StartServe) -> None:
+    serving = start("--owner-meta", "team")
+    serving.ready()
+    # With team the only key, the owner is the team's (the group's owner alice is no key).
+    by_team = {**TRAIN_LLM, "owner": "ml-platform", "team": "ml-platform"}
+
+    def counted() -> float | None:
+        text = serving.get("/metrics").text
+        # The first tick counts 0 s: wait for one that counts.
+        return metric(text, "gpuledger_job_gpu_seconds_total", **by_team, use="held") or None
+
+    assert eventually(counted, "train-llm's seconds under its team") > 0
 
 
 def _new(serving: Serve, seen: set[str]) -> dict[str, Any] | None:

@@ -77,6 +77,13 @@ def test_tenants_are_traced_to_containers_and_allocations(world: World) -> None:
         "job": "train-llm",
         "group": "train",
         "task": "trainer",
+        # demo.yaml: the job's meta says owner ml-platform, its group's alice (the group wins).
+        "owner": "alice",
+        "ownerLabels": {
+            "owner": "alice",
+            "team": "ml-platform",
+            "owner_email": "ml-platform@example.org",
+        },
     }
     assert trainer["allocVisible"] is True and trainer["allocFromName"] is False
     assert trainer["command"] == "python3 train.py --epochs 40 --wandb-api-key ***"

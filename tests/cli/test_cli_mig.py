@@ -97,6 +97,9 @@ def test_a_reserved_instance_that_was_destroyed_is_stated_and_found(world: World
                 "job": "notebook-raj",
                 "group": "notebook",
                 "task": "jupyter",
+                # mig.yaml: the job's meta.
+                "owner": "raj",
+                "ownerLabels": {"owner": "raj", "team": "analytics", "owner_email": ""},
             },
         }
     ]

@@ -101,9 +101,7 @@ def test_serve_removes_what_a_kill_mid_save_left_and_nothing_else(tmp_path: Path
     for name in keep:
         (tmp_path / name).write_text("keep")
     c, _node, _clock = controller(history=path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["history.json", "outside", *keep]
-    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["history.json", "outside", *keep])
     assert outside.read_text() == "not ours"  # the link went, not what it pointed to
     assert path.read_bytes() == before
     assert c.history == history_file.load(path)

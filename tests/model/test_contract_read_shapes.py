@@ -48,7 +48,8 @@ def _verdicts(ledger: Ledger) -> dict[tuple[str, int], tuple[Verdict, str | None
 
 def test_every_earlier_shape_is_kept_and_named_by_its_commit() -> None:
     assert EARLIER == [
-        "ls-8dd9684.json", "ls-a4f51e1.json", "ls-ef5de1e.json", "mig-ls-8dd9684.json"
+        "ls-8dd9684.json", "ls-9b728c2.json", "ls-a4f51e1.json", "ls-ef5de1e.json",
+        "mig-ls-8dd9684.json", "mig-ls-9b728c2.json",
     ]  # fmt: skip
     readme = (SHAPES / "README.md").read_text()
     for name in EARLIER:
@@ -150,3 +151,14 @@ def test_the_docs_show_the_complete_current_ledger_and_names_each_optional_key()
     named = set(re.findall(r"`([\w-]+)`", optional))
     instance_keys = {"profile", "gpuInstanceId", "computeInstanceId"}
     assert added - instance_keys <= named, added - named
+
+
+def test_a_ledger_from_before_owners_reads_with_no_owner_known() -> None:
+    old = parse_ledger(_load(SHAPES / "ls-9b728c2.json"))
+    new = parse_ledger(_load(GOLDEN / "ls.json"))
+    refs = [u.reservation for u in old.units() if u.reservation is not None]
+    assert refs and all(r.owner is None and r.owner_labels == () for r in refs)
+    # The current shape: the demo's train-llm is alice's (its group's meta over its job's).
+    first = new.gpus[0].reservation
+    assert first is not None
+    assert (first.owner, dict(first.owner_labels)["team"]) == ("alice", "ml-platform")

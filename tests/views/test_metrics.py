@@ -30,7 +30,7 @@ from gpuledger.model import (
     TenantFacts,
     Verdict,
 )
-from gpuledger.model.history_record import GpuMark, History
+from gpuledger.model.history_record import GpuMark, History, JobKey
 from gpuledger.model.snapshots import Snapshot
 from gpuledger.views.metrics import SnapshotCollector, render
 
@@ -116,7 +116,10 @@ def snapshot() -> Snapshot:
     history = History(
         at=AT,
         state_seconds={(A, GpuState.HELD): 30.0, (GONE, GpuState.FREE): 5.0},
-        job_seconds={("research", "train", "held"): 30.0, ("default", "nb", "idle"): 12.5},
+        job_seconds={
+            JobKey("research", "train", "held"): 30.0,
+            JobKey("default", "nb", "idle"): 12.5,
+        },
     )
     return Snapshot(ledger, history, duration_s=0.25, interval=timedelta(seconds=15))
 
@@ -186,17 +189,18 @@ def test_tenant_memory_by_job_or_container_with_same_labels_summed() -> None:
 
 
 def test_counters_come_from_the_history_with_a_zero_for_each_state_of_each_gpu() -> None:
-    assert value("gpuledger_gpu_state_seconds_total", uuid=A, state="held") == 30
-    assert value("gpuledger_gpu_state_seconds_total", uuid=A, state="free") == 0
-    assert value("gpuledger_gpu_state_seconds_total", uuid=C, state="unknown") == 0
-    # A GPU that left the node keeps its counter.
-    assert value("gpuledger_gpu_state_seconds_total", uuid=GONE, state="free") == 5
-    job = {"namespace": "research", "nomad_job": "train"}
+    h200 = {"model": "NVIDIA H200"}
+    assert value("gpuledger_gpu_state_seconds_total", uuid=A, state="held", **h200) == 30
+    assert value("gpuledger_gpu_state_seconds_total", uuid=A, state="free", **h200) == 0
+    assert value("gpuledger_gpu_state_seconds_total", uuid=C, state="unknown", **h200) == 0
+    # A GPU that left the node keeps its counter (its model unknown to this history).
+    assert value("gpuledger_gpu_state_seconds_total", uuid=GONE, state="free", model="") == 5
+    # Counters from a history before owners and models: every new label empty.
+    blank = {"model": "", "profile": "", "owner": "", "team": "", "owner_email": ""}
+    job = {"namespace": "research", "nomad_job": "train", **blank}
     assert value("gpuledger_job_gpu_seconds_total", **job, use="held") == 30
-    assert (
-        value("gpuledger_job_gpu_seconds_total", namespace="default", nomad_job="nb", use="idle")
-        == 12.5
-    )
+    nb = {"namespace": "default", "nomad_job": "nb", **blank}
+    assert value("gpuledger_job_gpu_seconds_total", **nb, use="idle") == 12.5
 
 
 def test_findings_have_a_sample_for_every_code_and_level() -> None:
@@ -282,7 +286,8 @@ def test_each_mig_instance_is_a_series_with_its_card_and_profile() -> None:
     assert r.get_sample_value("gpuledger_mig_instance_memory_total_bytes", labels) == 71424 * 2**20
     assert (
         r.get_sample_value(
-            "gpuledger_mig_instance_state_seconds_total", {**labels, "state": "held"}
+            "gpuledger_mig_instance_state_seconds_total",
+            {**labels, "model": mig_snapshot().ledger.gpus[1].gpu.name, "state": "held"},
         )
         == 45
     )
@@ -346,8 +351,10 @@ def test_each_reserved_gpu_names_its_job_and_a_held_idle_gpu_its_since_when() ->
     )
     snap = replace(snap, history=history)
     job = {"namespace": "research", "nomad_job": "train", "task": "trainer"}
+    # A reservation whose allocation was read without owners: its owner labels empty.
+    owner = {"owner": "", "team": ""}
     assert samples(snap, "gpuledger_gpu_reservation") == {
-        tuple(sorted({"uuid": A, **job}.items())): 1.0
+        tuple(sorted({"uuid": A, **job, **owner}.items())): 1.0
     }
     assert samples(snap, "gpuledger_gpu_held_idle_since_timestamp_seconds") == {
         (("uuid", A),): idle_since.timestamp()
@@ -367,13 +374,13 @@ def test_one_series_per_open_finding_naming_its_gpu_and_job_never_a_pid() -> Non
         "alloc:a1/trainer",
     )
     snap = replace(snap, ledger=replace(snap.ledger, findings=(*snap.ledger.findings, stray)))
-    blank = {"namespace": "", "nomad_job": "", "task": ""}
+    blank = {"namespace": "", "nomad_job": "", "task": "", "owner": "", "team": ""}
     expected = [
         {"code": "source-unavailable", "level": "ERROR", "uuid": "", **blank},
         # Two host commands on GPU B are two findings, one series: nothing else tells them apart.
         {"code": "unmanaged-tenant", "level": "WARN", "uuid": B, **blank},
         {"code": "unreserved-tenant", "level": "BAD", "uuid": C, "namespace": "research",
-         "nomad_job": "train", "task": "trainer"},
+         "nomad_job": "train", "task": "trainer", "owner": "", "team": ""},
     ]  # fmt: skip
     assert samples(snap, "gpuledger_finding_open") == {
         tuple(sorted(labels.items())): 1.0 for labels in expected

@@ -54,6 +54,7 @@ HOSTILE = {
     "process": "javascript:alert(1)",
     "namespace": "' onmouseover='alert(1)",
     "node": "<b>node</b>",
+    "owner": "<i onclick=alert(3)>owner</i>",  # a job's meta: anyone who submits a job writes it
 }
 
 
@@ -105,6 +106,8 @@ HOSTILE_ALLOC = AllocRef(
     job=HOSTILE["job"],
     group="g",
     task=HOSTILE["task"],
+    owner=HOSTILE["owner"],
+    owner_labels=(("owner", HOSTILE["owner"]), ("team", ""), ("owner_email", "")),
 )
 
 
@@ -185,6 +188,11 @@ def test_invisible_characters_in_names_show_escaped_as_in_the_terminal() -> None
     text = Parsed(page.render_node(snapshot(ledger)).decode()).text
     assert "evil\\u202etxt.exe\\x1b[31m" in text
     assert "\u202e" not in text and "\x1b" not in text
+
+
+def test_each_reservation_names_its_jobs_owner() -> None:
+    text = Parsed(page.render_node(snapshot(hostile_ledger())).decode()).text
+    assert f"owner {HOSTILE['owner']}" in text
 
 
 def test_a_mig_card_holds_a_card_per_instance_and_its_unplaced_processes() -> None:

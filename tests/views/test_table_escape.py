@@ -57,3 +57,14 @@ def test_bidi_controls_and_line_separators_are_escaped() -> None:
 def test_plain_text_is_unchanged() -> None:
     plain = Ledger(NodeInfo("gpu-07", None, "t"), AT, {}, ())
     assert render_findings(plain) == "no findings on gpu-07 (worst: OK)\n"
+
+
+def test_the_jobs_owner_is_shown_and_escaped() -> None:
+    # serve never labels an owner with a control character (model/owners.py); a ledger read
+    # back from elsewhere may still hold one, and the table escapes it as any name.
+    base = ledger()
+    res = AllocRef("a1b2c3d4-0000-4000-8000-000000000000", "ns", "train", "g", "t", "ana\x1b[2J")
+    gpu = LedgerGpu(Gpu(0, A, "NVIDIA H200"), GpuState.RESERVED_IDLE, res, ())
+    text = render_ledger(Ledger(base.node, AT, base.sources, (gpu,)))
+    assert "ns/train/t (a1b2c3d4) owner ana\\x1b[2J" in text
+    assert "\x1b" not in text

@@ -21,6 +21,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a node whose H200 is split with MIG: a ledger per instance",
     )
+    flags.add_owner_meta(parser)
     parser.add_argument(
         "--fleet",
         action="store_true",
@@ -45,4 +46,5 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         return run_fleet_demo(out)
     from gpuledger.commands.demo import run_demo  # noqa: PLC0415 - the simulator loads only here
 
-    return run_demo(out, as_json=args.json, scenario="mig" if args.mig else "demo")
+    scenario = "mig" if args.mig else "demo"
+    return run_demo(out, as_json=args.json, scenario=scenario, owner_keys=args.owner_meta)

@@ -21,6 +21,7 @@ from gpuledger.commands.options import (
     NomadWatchFlags,
     TlsFlags,
 )
+from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 
 
 class Flags(Protocol):
@@ -232,12 +233,26 @@ def add_node_sources(p: argparse.ArgumentParser) -> None:
         help="the history file of gpuledger serve: since when each GPU and finding is as it "
         "is, and the GPU-second counters (serve keeps it; ls and check read it)",
     )
+    add_owner_meta(p)
     p.add_argument(
         "--node-name",
         default="",
         metavar="NAME",
         help="the node's name in the output and in policy matches (default: Nomad's name "
         "for the node, else the host name)",
+    )
+
+
+def add_owner_meta(p: Flags) -> None:
+    """``--owner-meta``: the Nomad meta keys that tell each job's owner."""
+    p.add_argument(
+        "--owner-meta",
+        type=types.owner_keys,
+        default=DEFAULT_OWNER_KEYS,
+        metavar="KEY[,KEY...]",
+        help="the Nomad meta keys (task over group over job, as Nomad merges them) that tell "
+        "a job's owner, first found wins, else its namespace; each is also a label of the "
+        "job's counters (default: owner,team)",
     )
 
 
@@ -300,6 +315,7 @@ def node_sources_of(args: argparse.Namespace) -> NodeSources:
         history=args.history,
         node_name=args.node_name,
         kernel_log=args.kernel_log,
+        owner_meta=args.owner_meta,
     )
 
 

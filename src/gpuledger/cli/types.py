@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from gpuledger.commands.options import parse_duration, parse_instant, parse_shard, parse_since
 from gpuledger.model import Level
+from gpuledger.model.owners import check_owner_keys
 
 if TYPE_CHECKING:
     from gpuledger.commands.options import Shard
@@ -66,3 +67,13 @@ def shard(text: str) -> Shard:
         return parse_shard(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def owner_keys(text: str) -> tuple[str, ...]:
+    """``KEY[,KEY…]``: Nomad meta keys that are label names too, first found wins."""
+    try:
+        return check_owner_keys(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc} (for example --owner-meta owner,team, the default)"
+        ) from None

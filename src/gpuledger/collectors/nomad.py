@@ -43,6 +43,7 @@ from gpuledger.collectors.nomad_transport import (
 )
 from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
 from gpuledger.model.health import NomadDevice
+from gpuledger.model.owners import DEFAULT_OWNER_KEYS, JobOwner, merge_meta, resolve_owner
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.text import excerpt, is_text
 
@@ -141,11 +142,47 @@ def parse_node_devices(doc: Any) -> tuple[NomadDevice, ...] | None:
     return tuple(found)
 
 
-def parse_allocation(doc: Any) -> Allocation:
+def _meta(value: Any, where: str) -> dict[str, str]:
+    """A ``Meta`` object (``null``: empty); ``ValueError`` for a value that is not a string
+    (Nomad's meta is a map of strings: it converts every value it is given)."""
+    meta = _mapping(value, where)
+    for key, item in meta.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise ValueError(f"{where}[{excerpt(key)}] is not a string")
+    return dict(meta)
+
+
+def _owners(
+    doc: Mapping[str, Any], namespace: str, group_name: str, keys: tuple[str, ...], where: str
+) -> tuple[dict[str, JobOwner], JobOwner]:
+    """Each task's owner of the allocation's group, and the group's own (its meta over the
+    job's), from the ``Job`` the allocation carries: task over group over job, as Nomad's
+    ``CombinedTaskMeta`` merges them. No ``Job``, or a group it lacks: the job's meta alone."""
+    job = _mapping(doc.get("Job"), f"{where}.Job")
+    job_meta = _meta(job.get("Meta"), f"{where}.Job.Meta")
+    group: Mapping[str, Any] = {}
+    at = f"{where}.Job.TaskGroups"
+    for i, raw in enumerate(_items(job.get("TaskGroups"), f"{where}.Job.TaskGroups")):
+        candidate = _mapping(raw, f"{where}.Job.TaskGroups[{i}]")
+        if candidate.get("Name") == group_name:
+            group, at = candidate, f"{where}.Job.TaskGroups[{i}]"
+            break
+    group_meta = _meta(group.get("Meta"), f"{at}.Meta")
+    owners: dict[str, JobOwner] = {}
+    for j, raw in enumerate(_items(group.get("Tasks"), f"{at}.Tasks")):
+        task = _mapping(raw, f"{at}.Tasks[{j}]")
+        name = _text(task, "Name", f"{at}.Tasks[{j}]")
+        task_meta = _meta(task.get("Meta"), f"{at}.Tasks[{j}].Meta")
+        owners[name] = resolve_owner(merge_meta(task_meta, group_meta, job_meta), namespace, keys)
+    return owners, resolve_owner(merge_meta(group_meta, job_meta), namespace, keys)
+
+
+def parse_allocation(doc: Any, owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS) -> Allocation:
     """The allocation a Nomad allocation JSON object describes; ``ValueError`` says what is
     malformed (not an object, no ID, a field of the wrong type, a lone surrogate).
 
-    ``gpus_by_task`` holds only the tasks that reserved at least one ``nvidia``/``gpu`` device.
+    ``gpus_by_task`` holds only the tasks that reserved at least one ``nvidia``/``gpu`` device;
+    ``owners`` each task's owner by ``owner_keys`` (``model/owners.py``).
     """
     doc = _mapping(doc, "the allocation")
     alloc_id = _text(doc, "ID", "the allocation")
@@ -161,14 +198,19 @@ def parse_allocation(doc: Any) -> Allocation:
             raise ValueError(f"{task_where}: the task name is not a string")
         if ids := _gpu_ids(_mapping(res, task_where), task_where):
             gpus[name] = ids
+    # The Read Allocation sample of the docs has no Namespace; every real one does.
+    namespace = _text(doc, "Namespace", where, "default")
+    group = _text(doc, "TaskGroup", where)
+    owners, owner = _owners(doc, namespace, group, owner_keys, where)
     return Allocation(
         id=alloc_id,
-        # The Read Allocation sample of the docs has no Namespace; every real one does.
-        namespace=_text(doc, "Namespace", where, "default"),
+        namespace=namespace,
         job=_text(doc, "JobID", where),
-        group=_text(doc, "TaskGroup", where),
+        group=group,
         client_status=_text(doc, "ClientStatus", where),
         gpus_by_task=gpus,
+        owners=owners,
+        owner=owner,
     )
 
 
@@ -186,6 +228,8 @@ class ReadMode:
     devices_s: float = 60.0
     """How often the node itself (``/v1/node/<id>``: its name and fingerprinted devices) is
     read again; ``ls`` and ``check`` read it once."""
+    owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS
+    """``--owner-meta``: the meta keys that tell a job's owner, first found wins."""
 
 
 @dataclass(frozen=True)
@@ -321,7 +365,8 @@ class NomadReader(NomadApi):
             failure = self._failure(Call(path, "read-job", ""), err)
             return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
         try:
-            return AllocLookupResult(AllocLookup.VISIBLE, allocation=parse_allocation(doc))
+            allocation = parse_allocation(doc, self.mode.owner_keys)
+            return AllocLookupResult(AllocLookup.VISIBLE, allocation=allocation)
         except ValueError as err:
             # Malformed is not "cannot tell": this Nomad answers what gpuledger cannot read.
             raise self._error(
@@ -435,7 +480,8 @@ class NomadReader(NomadApi):
         if not isinstance(docs, list):
             raise self._error(f"GET {path} answered no list", "check the Nomad agent's version")
         try:
-            allocations = tuple(parse_allocation(doc) for doc in docs)
+            keys = self.mode.owner_keys
+            allocations = tuple(parse_allocation(doc, keys) for doc in docs)
         except ValueError as err:
             raise self._error(
                 f"GET {path} answered an allocation gpuledger cannot read ({err})",

@@ -19,7 +19,7 @@ _PROC_HINT = (
 
 
 def read_processes(pids: Iterable[int], proc_root: Path = Path("/proc")) -> dict[int, ProcessInfo]:
-    """Owner and command of each PID; a PID that vanishes while being read is left out."""
+    """JobOwner and command of each PID; a PID that vanishes while being read is left out."""
     _check_proc_root(proc_root)
     found: dict[int, ProcessInfo] = {}
     for pid in dict.fromkeys(pids):

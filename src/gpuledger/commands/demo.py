@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpuledger import __version__
-from gpuledger.collectors.nomad import NomadSettings
+from gpuledger.collectors.nomad import NomadSettings, ReadMode
 from gpuledger.controller.clock import SystemClock
 from gpuledger.controller.node import one_shot
 from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import ExitCode
 from gpuledger.model import Ledger
 from gpuledger.model.contract import findings_doc, ledger_doc
+from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.policy.load import parse_policy
 from gpuledger.sim.world import World, drift_phases, load_scenario
 
@@ -64,7 +65,7 @@ def demo_policy_text() -> str:
     )
 
 
-def world_config(world: World) -> SourceConfig:
+def world_config(world: World, owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS) -> SourceConfig:
     """Sources pointing at a simulated world, as its ``cli_args`` would."""
     return SourceConfig(
         gpu_backend="nvidia-smi",
@@ -73,6 +74,7 @@ def world_config(world: World) -> SourceConfig:
         docker=f"unix://{world.docker.socket_path}",
         podman=f"unix://{world.podman.socket_path}",
         nomad=NomadSettings(addr=world.nomad_url, node_id=world.node_id),
+        nomad_mode=ReadMode(owner_keys=owner_keys),
         kernel_log=world.kernel_log,
     )
 
@@ -85,6 +87,7 @@ def run_demo(
     stop: threading.Event | None = None,
     listen: str | None = None,
     drift_every: float = DRIFT_EVERY_S,
+    owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS,
 ) -> ExitCode:
     """Serve the drifting node of ``scenario`` (``demo``, or ``mig``: a card split with MIG)
     until Ctrl-C (or ``stop``); ``as_json``: one read."""
@@ -94,10 +97,9 @@ def run_demo(
                 world = World.start(load_scenario(scenario), Path(tmp))
                 try:
                     if as_json:
-                        return _print_once(world, out)
-                    return _serve(
-                        world, Path(tmp), out, stop or threading.Event(), listen, drift_every
-                    )
+                        return _print_once(world, out, owner_keys)
+                    done = stop or threading.Event()
+                    return _serve(world, Path(tmp), out, done, listen, drift_every, owner_keys)
                 finally:
                     world.stop()
         except KeyboardInterrupt:
@@ -125,10 +127,10 @@ def terminated_as_interrupted() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
-def _read_once(world: World) -> Ledger:
+def _read_once(world: World, owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS) -> Ledger:
     """One read of the world, judged by the one-shot demo policy."""
     return one_shot(
-        world_config(world),
+        world_config(world, owner_keys),
         parse_policy(demo_policy_text(), "demo-policy.yaml"),
         node_name=str(world.scenario["node"]["name"]),
         at=SystemClock().now().replace(microsecond=0),
@@ -136,8 +138,8 @@ def _read_once(world: World) -> Ledger:
     )
 
 
-def _print_once(world: World, out: TextIO) -> ExitCode:
-    ledger = _read_once(world)
+def _print_once(world: World, out: TextIO, owner_keys: tuple[str, ...]) -> ExitCode:
+    ledger = _read_once(world, owner_keys)
     json.dump({"ledger": ledger_doc(ledger), "findings": findings_doc(ledger)}, out, indent=2)
     out.write("\n")
     return ExitCode.OK
@@ -150,6 +152,7 @@ def _serve(
     stop: threading.Event,
     listen: str | None,
     drift_every: float,
+    owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS,
 ) -> ExitCode:
     policy = tmp / "demo-serve-policy.yaml"
     policy.write_text(SERVE_POLICY, encoding="utf-8")
@@ -164,6 +167,8 @@ def _serve(
         str(tmp / "history.json"),
         "--node-name",
         str(world.scenario["node"]["name"]),
+        "--owner-meta",
+        ",".join(owner_keys),
         *world.cli_args(),
     ]
     _show_once(world, out)

@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuledger.collectors.nomad import NomadSettings, settings_from_env
+from gpuledger.collectors.nomad import NomadSettings, ReadMode, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.commands.options import NodeSources, NomadFlags
 from gpuledger.controller.sources import SourceConfig
@@ -37,6 +37,7 @@ def source_config(sources: NodeSources) -> SourceConfig:
         podman=_runtime_url(sources.podman, "podman"),
         nomad=nomad_settings(sources.nomad, sources.timeout),
         timeout=sources.timeout.total_seconds(),
+        nomad_mode=ReadMode(owner_keys=sources.owner_meta),
         kernel_log=_kernel_log(sources.kernel_log),
     )
 

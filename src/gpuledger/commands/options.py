@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from gpuledger.model import time_text
+from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.redact import CommandMode
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ class NodeSources:
     node_name: str = ""
     kernel_log: str | None = None
     """``--kernel-log``: a path, ``off``, or ``None`` (``/dev/kmsg`` when it exists)."""
+    owner_meta: tuple[str, ...] = DEFAULT_OWNER_KEYS
+    """``--owner-meta``: the meta keys that tell a job's owner."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from gpuledger.controller.nomad_watch import NomadWatch
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.errors import ExitCode, UsageError
 from gpuledger.model.history_record import GAP_INTERVALS
+from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.redact import CommandMode
 from gpuledger.policy.rules import Policy
 from gpuledger.web.app import App
@@ -84,7 +85,7 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
     timeout = attempt_timeout(options.interval, config.timeout)
     clock = SystemClock()
     publisher = _publisher(config, options, timeout)
-    config = replace(config, nomad_mode=read_mode(options))
+    config = replace(config, nomad_mode=read_mode(options, config.nomad_mode.owner_keys))
     counts = RequestCounts()
     watch = _watch(config, options, timeout, clock, counts)
     controller = NodeController(
@@ -98,6 +99,7 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
         attempt_s=timeout,
         clock=clock,
         sinks=(publisher,) if publisher else (),
+        owner_keys=config.nomad_mode.owner_keys,
     )
     if watch is not None:
         watch.on_change = controller.nomad_changed
@@ -137,7 +139,7 @@ def _publisher(
     )
 
 
-def read_mode(options: ServeOptions) -> ReadMode:
+def read_mode(options: ServeOptions, owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS) -> ReadMode:
     """How serve reads Nomad's list: stale unless ``--nomad-consistent``, answers staler than
     ``--nomad-max-stale`` (three intervals) refused, an all-terminal node checked again at
     each change and every ``--nomad-resync``."""
@@ -147,6 +149,7 @@ def read_mode(options: ServeOptions) -> ReadMode:
         stale=not watch.consistent,
         max_stale_s=max_stale.total_seconds(),
         recheck_s=watch.resync.total_seconds(),
+        owner_keys=owner_keys,
     )
 
 

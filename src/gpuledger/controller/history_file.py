@@ -19,7 +19,15 @@ from typing import Any
 from gpuledger.errors import HistoryCorruptError
 from gpuledger.model import GpuState
 from gpuledger.model.contract import SCHEMA, iso_time
-from gpuledger.model.history_record import TRAIL_CAP, Change, FindingKey, GpuMark, History, Trail
+from gpuledger.model.history_record import (
+    TRAIL_CAP,
+    Change,
+    FindingKey,
+    GpuMark,
+    History,
+    JobKey,
+    Trail,
+)
 from gpuledger.model.text import excerpt
 
 
@@ -46,14 +54,18 @@ def history_doc(history: History) -> dict[str, object]:
         ],
         "jobGpuSeconds": [
             {
-                "namespace": ns,
-                "nomadJob": job,
-                "use": use,
+                "namespace": key.namespace,
+                "nomadJob": key.job,
+                "use": key.use,
+                "model": key.model,
+                "profile": key.profile,
+                "ownerLabels": dict(key.owner),
                 "seconds": value,
-                "lastSeen": iso_time(history.job_seen.get((ns, job, use))),
+                "lastSeen": iso_time(history.job_seen.get(key)),
             }
-            for (ns, job, use), value in sorted(history.job_seconds.items())
+            for key, value in sorted(history.job_seconds.items())
         ],
+        "gpuModels": [{"uuid": uuid, "model": m} for uuid, m in sorted(history.models.items())],
         "trails": [
             {"uuid": uuid, "changes": [[iso_time(c.at), _state_value(c)] for c in trail]}
             for uuid, trail in sorted(history.trails.items())
@@ -105,15 +117,15 @@ def parse_history(text: str) -> History:
     states = {
         (s.get("uuid", str), s.state("state")): s.seconds() for s in r.items("gpuStateSeconds")
     }
-    jobs: dict[tuple[str, str, str], float] = {}
-    seen: dict[tuple[str, str, str], datetime] = {}
+    jobs: dict[JobKey, float] = {}
+    seen: dict[JobKey, datetime] = {}
     for j in r.items("jobGpuSeconds"):
-        key3 = (j.get("namespace", str), j.get("nomadJob", str), j.get("use", str))
-        jobs[key3] = j.seconds()
+        job_key = j.job_key()
+        jobs[job_key] = jobs.get(job_key, 0.0) + j.seconds()
         # A file from before retirement: count the job as seen at the file's last tick.
         last = j.time("lastSeen", optional=True) or at
         if last is not None:
-            seen[key3] = last
+            seen[job_key] = max(last, seen.get(job_key, last))
     return History(
         at=at,
         interval=timedelta(seconds=interval),
@@ -125,6 +137,10 @@ def parse_history(text: str) -> History:
         findings_missing=missing,
         # A file from before the page kept no trails: they start at the next tick.
         trails={t.get("uuid", str): t.trail() for t in r.items("trails", optional=True)},
+        # A file from before the counters carried the card model: learnt at the next tick.
+        models={
+            m.get("uuid", str): m.get("model", str) for m in r.items("gpuModels", optional=True)
+        },
     )
 
 
@@ -201,6 +217,25 @@ class _Reader:
         if not 0 <= value < math.inf:
             raise HistoryCorruptError(f"{self.where}: seconds {value:g} is not a count")
         return value
+
+    def job_key(self) -> JobKey:
+        """A job counter's key; a file from before the model, the profile and the owner
+        labels has none of them (``""``, and no labels: the series it had)."""
+        labels = self.doc.get("ownerLabels")
+        if labels is None:
+            labels = {}
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise HistoryCorruptError(f"{self.where}: 'ownerLabels' is not an object of strings")
+        return JobKey(
+            self.get("namespace", str),
+            self.get("nomadJob", str),
+            self.get("use", str),
+            self.get("model", str, optional=True) or "",
+            self.get("profile", str, optional=True) or "",
+            tuple(labels.items()),
+        )
 
     def trail(self) -> Trail:
         """A GPU's changes of state, oldest first and at most ``TRAIL_CAP`` of them."""

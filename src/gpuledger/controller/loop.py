@@ -30,10 +30,12 @@ from gpuledger.controller.sources import Guard
 from gpuledger.core import history as hist
 from gpuledger.core.node_join import Desired, JoinMemo, Observed, reconcile
 from gpuledger.errors import HistoryCorruptError, PolicyError, SourceError
-from gpuledger.model import Finding, Ledger, NodeInfo, SourceName, SourceStatus
+from gpuledger.model import Finding, Ledger, NodeInfo, NomadView, SourceName, SourceStatus
 from gpuledger.model.history_record import History
+from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.redact import CommandMode
 from gpuledger.model.snapshots import Snapshot
+from gpuledger.model.text import text_of
 from gpuledger.policy.evaluate import JudgeMemo, policy_invalid
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
@@ -48,6 +50,8 @@ ATTEMPT_CAP_S = 10.0
 RETRY_WAIT_CAP_S = 0.5
 ATTEMPTS = 3
 CHANGE_SPACING_S = 1.0
+OWNER_WARNED_CAP = 10_000
+"""How many jobs' unusable owner meta the log remembers having said (then it starts again)."""
 """The least time between the starts of two reconciles when a change in Nomad asks for one."""
 
 log = structlog.get_logger("gpuledger.controller")
@@ -108,6 +112,7 @@ class NodeController:
         load: Callable[[Path], Policy] = load_policy,
         attempt_s: float | None = None,
         sinks: Sequence[Sink] = (),
+        owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS,
     ) -> None:
         self.sources, self.policy, self.node, self.interval = sources, policy, node, interval
         self.sinks = tuple(sinks)
@@ -122,6 +127,9 @@ class NodeController:
         self._last_start: float | None = None
         self._failing: dict[SourceName, str] = {}
         self._history_failing = False
+        self.owner_keys = owner_keys
+        self._owner_warned: set[tuple[str, str]] = set()
+        self._owner_view: object = None
         self.memo = JoinMemo()
         self.judge_memo = JudgeMemo()
         self.history = self._open_history()
@@ -190,6 +198,7 @@ class NodeController:
         self._last_start = started
         at = self.clock.now()
         desired, observed = self.sources.read(self._guard(started))
+        self._log_owner_problems(desired.view)
         node = identify(self.node, desired)
         if desired.view is not None and not self.node.name:
             self.node = replace(self.node, name=node.name)  # keep Nomad's name through outages
@@ -214,6 +223,7 @@ class NodeController:
             duration_s=duration,
             interval=self.interval,
             history_error=history_error,
+            owner_keys=self.owner_keys,
         )
         self.snapshot = snapshot  # one attribute swap: readers see the old or the new, whole
         for sink in self.sinks:
@@ -351,6 +361,28 @@ class NodeController:
             elif before is not None:
                 del self._failing[name]
                 log.info("source.recovered", source=name.value)
+
+    def _log_owner_problems(self, view: NomadView | None) -> None:
+        """Say once per job which of its meta values cannot tell its owner (a control
+        character, too long): a warning, never a traceback; the next key is asked instead."""
+        if view is None or view is self._owner_view:
+            return
+        self._owner_view = view
+        if len(self._owner_warned) > OWNER_WARNED_CAP:
+            self._owner_warned.clear()  # dispatched jobs come and go: forget, say again
+        for alloc in (*view.allocations, *(r.allocation for r in view.lookups.values())):
+            if alloc is None or (alloc.namespace, alloc.job) in self._owner_warned:
+                continue
+            owners = (alloc.owner, *alloc.owners.values())
+            problems = sorted({p for o in owners if o is not None for p in o.problems})
+            if problems:
+                self._owner_warned.add((alloc.namespace, alloc.job))
+                log.warning(
+                    "nomad.owner_meta_unusable",
+                    namespace=text_of(alloc.namespace),
+                    job=text_of(alloc.job),
+                    problems=[text_of(p) for p in problems],
+                )
 
     def _log_findings(self, judged: hist.Judged) -> None:
         for f in judged.opened:

@@ -2,15 +2,17 @@
 
 Counting (README, "History and counting"): each tick adds its duration (the time since the
 previous tick) to ``gpu_state_seconds_total`` of the GPU's state, ``unknown`` included, and,
-for a reserved GPU whose state is known, to the reserving job's ``job_gpu_seconds_total``
-with ``use="held"`` or ``use="idle"``. A tick with a source unreadable adds nothing to any job:
-an outage must never look like an idle GPU. A gap longer than three intervals (the controller
-was down) adds nothing and restarts every since-when; a restart within three intervals keeps
-them. So does an interruption of the same length while the controller runs: a GPU that is
-``unknown`` (or unread) for less than three intervals and then as it was keeps its since-when
-(the unknown ticks are still counted as ``unknown``), and a finding that could not be judged
-meanwhile keeps its own. A job's counters are retired ``JOB_RETIREMENT`` after the last tick that
-charged it, so periodic and dispatched jobs (``name/periodic-<time>``) do not pile up series.
+for a reserved GPU whose state is known, to the reserving job's ``job_gpu_seconds_total`` with
+``use="held"`` or ``use="idle"``, for the card's model and MIG profile and under the job's
+owner labels (``JobKey``: a series per job and card model, never per GPU). A tick with a source
+unreadable adds nothing to any job: an outage must never look like an idle GPU. A gap longer
+than three intervals (the controller was down) adds nothing and restarts every since-when; a
+restart within three intervals keeps them. So does an interruption of the same length while the
+controller runs: a GPU that is ``unknown`` (or unread) for less than three intervals and then
+as it was keeps its since-when (the unknown ticks are still counted as ``unknown``), and a
+finding that could not be judged meanwhile keeps its own. A job's counters are retired
+``JOB_RETIREMENT`` after the last tick that charged it, so periodic and dispatched jobs
+(``name/periodic-<time>``) do not pile up series.
 
 The page's picture of the last day (``trails``): every GPU and MIG instance keeps the ticks at
 which its state changed, as the ticks saw it (an ``unknown`` spell too short to restart the
@@ -24,7 +26,7 @@ file (the JSON codec and the atomic write) is ``history_file``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -39,6 +41,7 @@ from gpuledger.model.history_record import (
     FindingKey,
     GpuMark,
     History,
+    JobKey,
     Trail,
 )
 from gpuledger.policy.evaluate import JudgeMemo, evaluate
@@ -76,15 +79,19 @@ def advance(
     all_read = all(s.readable or not s.enabled for s in ledger.sources.values())
     window = GAP_INTERVALS * interval
     gpus: dict[str, GpuMark] = {}
+    models = dict(history.models)
     # A MIG instance counts as a device of its own, as Nomad counts it; its card as `mig`.
-    for unit in ledger.units():
+    for unit, model in _units(ledger):
         uuid = unit.uuid
+        models[uuid] = model
         key = (uuid, unit.state)
         state_seconds[key] = state_seconds.get(key, 0.0) + seconds
         use = USE_OF_STATE.get(unit.state)
         res = unit.reservation
         if all_read and use is not None and res is not None:
-            job = (res.namespace or "", res.job or "", use)
+            job = JobKey(
+                res.namespace or "", res.job or "", use, model, unit.profile or "", res.owner_labels
+            )
             job_seconds[job] = job_seconds.get(job, 0.0) + seconds
             job_seen[job] = at
         gpus[uuid] = _mark(marks.get(uuid), unit, policy, ledger, at, window)
@@ -111,7 +118,16 @@ def advance(
         job_seen=job_seen,
         findings_missing={} if gap else history.findings_missing,
         trails=_trails(history, gpus, at, gap),
+        models=models,
     )
+
+
+def _units(ledger: Ledger) -> Iterator[tuple[LedgerUnit, str]]:
+    """Every GPU and MIG instance with its card's model (the driver's name for the card)."""
+    for lgpu in ledger.gpus:
+        yield lgpu, lgpu.gpu.name
+        for instance in lgpu.instances:
+            yield instance, lgpu.gpu.name
 
 
 def _trails(

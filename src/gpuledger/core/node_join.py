@@ -46,6 +46,7 @@ from gpuledger.model import (
 from gpuledger.model.cards import encoder_session_cap
 from gpuledger.model.labels import GROUP_LABEL, JOB_LABEL, NAMESPACE_LABEL, alloc_of
 from gpuledger.model.memo import TwoTicks
+from gpuledger.model.owners import JobOwner, OwnerLabels
 from gpuledger.model.redact import CommandMode, redact_argv, short_name
 
 # Enum member lookups cost about 0.1 µs each on Python 3.11, and the join makes several per
@@ -114,6 +115,10 @@ _Judgement = tuple[Verdict, Reason | None, AllocRef | None, bool]
 _FactsKey = tuple[Claim, str | None, bool, str | None, tuple[str, ...] | None, CommandMode]
 
 
+_RefKey = tuple[str, str | None, str | None, str | None, str | None, str | None, OwnerLabels]
+"""An ``AllocRef``'s fields: allocation, namespace, job, group, task, owner and its labels."""
+
+
 class JoinMemo:
     """What the join remembers across ticks; owned by the loop that calls ``reconcile``.
 
@@ -128,7 +133,7 @@ class JoinMemo:
         self._commands: TwoTicks[tuple[tuple[str, ...], CommandMode], str] = TwoTicks()
         self._containers: TwoTicks[tuple[str, str, str], Claim] = TwoTicks()
         self._tasks: TwoTicks[tuple[str | None, str | None], Claim] = TwoTicks()
-        self._refs: TwoTicks[tuple[str, str | None, str | None, str | None, str | None], AllocRef]
+        self._refs: TwoTicks[_RefKey, AllocRef]
         self._refs = TwoTicks()
         self._caps: dict[tuple[str, str | None], int | None] = {}
         self.desired: tuple[dict[str, Allocation], dict[str, AllocRef]] | None = None
@@ -196,9 +201,11 @@ class JoinMemo:
         job: str | None,
         group: str | None,
         task: str | None,
+        owner: JobOwner | None = None,
     ) -> AllocRef:
-        """One value per allocation and task, made once rather than every tick."""
-        key = (alloc_id, namespace, job, group, task)
+        """One value per allocation, task and owner, made once rather than every tick."""
+        name, labels = (owner.name, owner.labels) if owner is not None else (None, ())
+        key = (alloc_id, namespace, job, group, task, name, labels)
         return self._refs.get(key) or self._refs.put(key, AllocRef(*key))
 
 
@@ -326,7 +333,8 @@ class _Join:
         return out
 
     def _ref(self, alloc: Allocation, task: str | None) -> AllocRef:
-        return self.memo.ref(alloc.id, alloc.namespace, alloc.job, alloc.group, task)
+        owner = alloc.owner_of(task)
+        return self.memo.ref(alloc.id, alloc.namespace, alloc.job, alloc.group, task, owner)
 
     def gpu(
         self,

@@ -50,7 +50,7 @@ def iso_time(at: datetime | None) -> str | None:
     return at.isoformat().replace("+00:00", "Z") if at else None
 
 
-def _alloc_doc(ref: AllocRef | None) -> dict[str, str | None] | None:
+def _alloc_doc(ref: AllocRef | None) -> dict[str, object] | None:
     if ref is None:
         return None
     return {
@@ -59,6 +59,8 @@ def _alloc_doc(ref: AllocRef | None) -> dict[str, str | None] | None:
         "job": ref.job,
         "group": ref.group,
         "task": ref.task,
+        "owner": ref.owner,
+        "ownerLabels": dict(ref.owner_labels),
     }
 
 
@@ -71,6 +73,8 @@ def _tenant_doc(t: Tenant) -> dict[str, object]:
             "job": t.alloc.job,
             "group": t.alloc.group,
             "task": t.alloc.task,
+            "owner": t.alloc.owner,
+            "ownerLabels": dict(t.alloc.owner_labels),
         }
     container = None
     if t.container is not None:

@@ -189,7 +189,17 @@ def _alloc(doc: object, where: str, id_key: str) -> AllocRef | None:
         job=_field(a, "job", _OPT_STR, where),
         group=_field(a, "group", _OPT_STR, where),
         task=_field(a, "task", _OPT_STR, where),
+        owner=_field(a, "owner", _OPT_STR, where),
+        owner_labels=_owner_labels(a.get("ownerLabels"), f"{where}.ownerLabels"),
     )
+
+
+def _owner_labels(doc: object, where: str) -> tuple[tuple[str, str], ...]:
+    """An allocation's ``ownerLabels`` (missing: none, as a ledger before owners wrote)."""
+    if doc is None:
+        return ()
+    labels = _obj(doc, where)
+    return tuple((str(key), _field(labels, key, _STR, where)) for key in labels)
 
 
 def _container(doc: object, where: str) -> Container | None:

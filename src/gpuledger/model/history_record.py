@@ -10,12 +10,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
+from gpuledger.model.owners import OwnerLabels
 from gpuledger.model.values import GpuState, Since
 
 FindingKey = tuple[str, str | None, str]
-JobKey = tuple[str, str, str]
-"""(namespace, Nomad job, use) of ``gpuledger_job_gpu_seconds_total``."""
+
+
+class JobKey(NamedTuple):
+    """One series of ``gpuledger_job_gpu_seconds_total``: a job's use of one card model (and
+    MIG profile) under its owner labels. Never a GPU: the series are those of the jobs times
+    the card models they run on."""
+
+    namespace: str
+    job: str
+    use: str
+    """``held`` or ``idle``."""
+    model: str = ""
+    """The card's name as the driver gives it (a MIG instance's card's); ``""`` in a history
+    written before the counters carried it."""
+    profile: str = ""
+    """The MIG profile (``1g.10gb``); ``""`` for a whole card."""
+    owner: OwnerLabels = ()
+    """The owner labels (``model/owners.py``); empty in a history written before owners."""
+
 
 GAP_INTERVALS = 3
 """A tick later than this many intervals after the previous one follows a gap: the controller
@@ -76,6 +95,9 @@ class History:
     for up to three intervals."""
     trails: Mapping[str, Trail] = field(default_factory=dict)
     """Each GPU's and MIG instance's changes of state, oldest first (``TRAIL_CAP`` at most)."""
+    models: Mapping[str, str] = field(default_factory=dict)
+    """Each GPU's and MIG instance's card model, as last listed: the ``model`` label of its
+    state counters stays while the driver cannot be read."""
 
     def since(self) -> Since:
         """The since-whens as the pure policy evaluation reads them."""

@@ -16,6 +16,7 @@ from typing import Literal
 
 from gpuledger.errors import SourceName
 from gpuledger.model.health import GpuHealth, LostGpu, NomadDevice, XidEvent
+from gpuledger.model.owners import JobOwner
 
 __all__ = [
     "TERMINAL_CLIENT_STATUSES",
@@ -191,6 +192,15 @@ class Allocation:
     client_status: str
     gpus_by_task: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Task name → the ``nvidia``/``gpu`` device IDs (GPU or MIG UUIDs) it reserved."""
+    owners: Mapping[str, JobOwner] = field(default_factory=dict)
+    """Task name → its owner, from the task's meta merged over its group's and job's."""
+    owner: JobOwner | None = None
+    """The group's owner (its meta over the job's), for a task the job does not list;
+    ``None`` when the allocation was not read with owners (a test's, a lookup's)."""
+
+    def owner_of(self, task: str | None) -> JobOwner | None:
+        """The owner of ``task`` (the group's when the task is unknown)."""
+        return self.owners.get(task, self.owner) if task is not None else self.owner
 
     @property
     def terminal(self) -> bool:

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpuledger.model.history_record import GAP_INTERVALS, History
+from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.values import Ledger
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ class Snapshot:
     interval: timedelta
     history_error: str | None = None
     """Why the history file could not be written at this tick, if it could not."""
+    owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS
+    """``--owner-meta``: the owner labels' names (``model/owners.py``, ``label_names``)."""
 
     def problems(self, now: datetime) -> list[str]:
         """What keeps the node controller from being healthy, one line each."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gpuledger.model.owners import OwnerLabels
 from gpuledger.model.readings import (
     Container,
     Gpu,
@@ -115,6 +116,12 @@ class AllocRef:
     job: str | None
     group: str | None
     task: str | None
+    owner: str | None = None
+    """The job's owner (``model/owners.py``): its meta's, else its namespace; ``None`` when
+    Nomad was not read for it (a container's labels told the allocation)."""
+    owner_labels: OwnerLabels = ()
+    """``(label, value)`` of ``owner``, each other ``--owner-meta`` key and ``owner_email``;
+    empty with no owner."""
 
 
 class Verdict(str, enum.Enum):

@@ -20,16 +20,18 @@ SMTPUTF8). Every problem is reported at once, as ``FILE:LINE:COLUMN: key: what i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from email.headerregistry import Address
-from email.utils import parseaddr
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from gpuledger.errors import ConfigError, YamlSyntaxError
 from gpuledger.located import Located, Problem, read_yaml, schema_problems
+from gpuledger.model.addresses import (
+    address_problem as address_problem,  # noqa: PLC0414 - the report's and the mail's check
+)
+from gpuledger.model.addresses import split_address
 from gpuledger.model.text import excerpt
 
 _ADDRESS_TITLE = "an e-mail address such as alice@example.org or 'Alice <alice@example.org>'"
@@ -49,65 +51,11 @@ SCHEMA: Mapping[str, Any] = {
 }
 """The owner map's structure; ``address_problem`` checks each address beyond it."""
 
-_NAMED = re.compile(r"^(?P<name>[^<>]*?)\s*<(?P<addr>[^<>]*)>$")
-_LOCAL = re.compile(r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$")
-_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-
-
-def _split(value: str) -> tuple[str, str] | str:
-    """(display name, address), or why the text is neither ``addr`` nor ``Name <addr>``."""
-    if "<" not in value and ">" not in value:
-        return "", value
-    named = _NAMED.match(value)
-    if named is None:
-        return "write one address, or a display name and the address in <>: Alice <a@x.org>"
-    name = named.group("name").strip()
-    if any(ch in name for ch in '"@\\'):
-        return "the display name may not hold '\"', '@' or '\\': write it plainly"
-    return name, named.group("addr")
-
-
-def _addr_problem(addr: str) -> str | None:
-    """Why ``addr`` (no display name) is not an address to send to."""
-    if not addr:
-        return "it is empty"
-    if any(ch.isspace() for ch in addr):
-        return "an address holds no blank"
-    if addr.count("@") != 1:
-        return f"an address holds exactly one '@', this one {addr.count('@')}"
-    local, domain = addr.split("@")
-    if not local.isascii():
-        return "a mailbox name beyond ASCII needs SMTPUTF8, which gpuledger does not send"
-    if not domain.isascii():
-        return f"write the domain {excerpt(domain)} in its ASCII (xn--) form"
-    if not local or len(local) > 64 or not _LOCAL.match(local):
-        return f"the part before '@' ({excerpt(local)}) is not a mailbox name"
-    labels = domain.split(".")
-    if len(labels) < 2 or len(domain) > 253 or not all(_LABEL.match(x) for x in labels):
-        return f"the domain {excerpt(domain)} is not a domain with a dot, such as example.org"
-    return None
-
-
-def address_problem(value: str) -> str | None:
-    """Why ``value`` is not one e-mail address to send a page to, or ``None`` when it is."""
-    if any(not ch.isprintable() for ch in value):
-        return f"{excerpt(value)} holds a control character (a line break would be a header)"
-    if "," in value or ";" in value:
-        return f"{excerpt(value)}: one address only (',' or ';' would make several); use a list"
-    split = _split(value.strip())
-    if isinstance(split, str):
-        return f"{excerpt(value)}: {split}"
-    if why := _addr_problem(split[1]):
-        return f"{excerpt(value)} is not an e-mail address: {why}"
-    if parseaddr(value)[1] != split[1]:
-        return f"{excerpt(value)}: Python's email package reads another address in it"
-    return None
-
 
 def address(value: str) -> str:
     """A checked address as a ``To`` header is set to: the display name quoted where needed
     (the message's policy encodes a name beyond ASCII when it is sent)."""
-    split = _split(value.strip())
+    split = split_address(value.strip())
     name, addr = split if isinstance(split, tuple) else ("", value.strip())
     return str(Address(display_name=name, addr_spec=addr)) if name else addr
 

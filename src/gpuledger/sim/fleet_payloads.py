@@ -47,10 +47,27 @@ def _alloc_id(node: SimNode, gpu: SimGpu) -> str:
     return sim_uuid(node.node_id, "alloc", gpu.job, gpu.index // 2)
 
 
+OWNERS = {
+    "train-llm": ("alice", "ml-platform"),
+    "sweep": ("bob", "ml-platform"),
+    "notebook": ("ana", "analytics"),
+    "serve-llm": ("inference-oncall", "serving"),
+}
+"""Each simulated job's owner and team, as its Nomad meta would tell them; a job without
+(``etl-nightly``) is its namespace's."""
+
+
+def _owned(namespace: str, job: str) -> dict[str, Any]:
+    """An allocation's ``owner`` and ``ownerLabels``, as a node controller of the default
+    ``--owner-meta owner,team`` writes them."""
+    owner, team = OWNERS.get(job, (namespace, ""))
+    return {"owner": owner, "ownerLabels": {"owner": owner, "team": team, "owner_email": ""}}
+
+
 def _tenant(node: SimNode, gpu: SimGpu) -> dict[str, Any]:
     namespace, job, task = gpu.job or ("default", "stray", "main")
     alloc = {"id": _alloc_id(node, gpu), "namespace": namespace, "job": job, "group": job,
-             "task": task}  # fmt: skip
+             "task": task, **_owned(namespace, job)}  # fmt: skip
     if gpu.tenant == "unmanaged":
         return {"pid": 7000 + gpu.index, "process": "python3", "command": "python3 notebook.py",
                 "usedMemoryMiB": 9000, "container": None, "alloc": None, "allocFromName": False,
@@ -75,7 +92,7 @@ def _gpu_doc(node: SimNode, gpu: SimGpu) -> dict[str, Any]:
     if gpu.job is not None and gpu.tenant != "unreserved":
         namespace, job, task = gpu.job
         reservation = {"allocId": _alloc_id(node, gpu), "namespace": namespace, "job": job,
-                       "group": job, "task": task}  # fmt: skip
+                       "group": job, "task": task, **_owned(namespace, job)}  # fmt: skip
     busy = gpu.tenant is not None
     return {
         "index": gpu.index,

@@ -93,8 +93,9 @@ def _task_state(running: bool, failed: bool, now_ns: int) -> dict[str, Any]:
     }
 
 
-def _task(name: str, ids: Sequence[str]) -> dict[str, Any]:
-    """One task of the job's group: a docker task that asks for one GPU per device it holds."""
+def _task(name: str, ids: Sequence[str], meta: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One task of the job's group: a docker task that asks for one GPU per device it holds,
+    with its own ``Meta`` (``null``, as Nomad encodes an empty map, when it has none)."""
     return {
         "Name": name,
         "Driver": "docker",
@@ -113,7 +114,7 @@ def _task(name: str, ids: Sequence[str]) -> dict[str, Any]:
             "Networks": None,
             "Devices": [{"Name": "nvidia/gpu", "Count": len(ids)}] if ids else None,
         },
-        "Meta": None,
+        "Meta": dict(meta) if meta else None,
         "KillTimeout": 5_000_000_000,
         "LogConfig": {"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": False},
         "Leader": False,
@@ -122,9 +123,14 @@ def _task(name: str, ids: Sequence[str]) -> dict[str, Any]:
 
 
 def _job(spec: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-    """The whole ``Job`` an allocation carries: one group of the spec's tasks."""
+    """The whole ``Job`` an allocation carries: one group of the spec's tasks, with the meta
+    the spec gives the job (``meta``), its group (``group_meta``) and each task
+    (``task_meta``: task name to meta), each where Nomad keeps it: ``Job.Meta``,
+    ``TaskGroups[].Meta``, ``TaskGroups[].Tasks[].Meta``, unmerged (Nomad merges them only
+    for the task's environment)."""
     tasks = spec.get("tasks") or {}
-    task_docs = [_task(name, ids) for name, ids in tasks.items()]
+    task_meta = spec.get("task_meta") or {}
+    task_docs = [_task(name, ids, task_meta.get(name)) for name, ids in tasks.items()]
     return {
         "Region": "global",
         "Namespace": namespace,
@@ -147,14 +153,14 @@ def _job(spec: Mapping[str, Any], namespace: str) -> dict[str, Any]:
                 "EphemeralDisk": {"Sticky": False, "SizeMB": 300, "Migrate": False},
                 "Networks": None,
                 "Services": None,
-                "Meta": None,
+                "Meta": dict(spec["group_meta"]) if spec.get("group_meta") else None,
             }
         ],
         "Update": None,
         "Periodic": None,
         "ParameterizedJob": None,
         "Payload": None,
-        "Meta": None,
+        "Meta": dict(spec["meta"]) if spec.get("meta") else None,
         "Status": "running",
         "StatusDescription": "",
         "Stable": False,

@@ -3,6 +3,8 @@ it is shown:
 
 - ``table``: the text tables of ``ls`` and ``check``
 - ``metrics``: the node's ``/metrics``
+- ``owner_metrics``: the job counters by card model, MIG profile and owner, and each job's
+  owner on the series that name a job
 - ``health_metrics``: its families of GPU health (faults, Xids, gpuledger's and Nomad's verdicts)
 - ``html``: what every HTML page shares: the Jinja2 environment, style sheets, times, links
 - ``page``: the node's page, a card per GPU and MIG instance

@@ -29,6 +29,12 @@ from gpuledger import __version__
 from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, LedgerUnit, Level
 from gpuledger.model.snapshots import Snapshot
 from gpuledger.views.health_metrics import health_families
+from gpuledger.views.owner_metrics import (
+    JobOwners,
+    job_seconds_family,
+    owner_label_names,
+    owner_values,
+)
 
 if TYPE_CHECKING:
     from gpuledger.controller.nomad_watch import WatchStats
@@ -60,7 +66,7 @@ class SnapshotCollector:
             yield from _count_families(self.snapshot)
             yield from _node_families(self.snapshot)
             yield from _reservation_families(self.snapshot)
-            yield _finding_open_family(self.snapshot.ledger)
+            yield _finding_open_family(self.snapshot.ledger, self.snapshot.owner_keys)
             yield from health_families(self.snapshot.ledger)
         if self.watch is not None:
             yield from watch_families(self.watch)
@@ -231,11 +237,12 @@ def _instance_families(snap: Snapshot) -> Iterator[Metric]:
     )
     seconds = CounterMetricFamily(
         "gpuledger_mig_instance_state_seconds",
-        "Seconds each MIG instance has spent in each state (unknown included).",
-        labels=[*_INSTANCE_LABELS, "state"],
+        "Seconds each MIG instance has spent in each state (unknown included), with its "
+        "card model.",
+        labels=[*_INSTANCE_LABELS, "model", "state"],
     )
     counted = snap.history.state_seconds
-    for linst in (i for lgpu in snap.ledger.gpus for i in lgpu.instances):
+    for lgpu, linst in ((g, i) for g in snap.ledger.gpus for i in g.instances):
         i = linst.instance
         labels = [i.uuid, i.parent_uuid, i.profile or ""]
         ids = (i.gpu_instance_id, i.compute_instance_id)
@@ -250,7 +257,7 @@ def _instance_families(snap: Snapshot) -> Iterator[Metric]:
         )
         for s in INSTANCE_STATES:
             state.add_metric([*labels, s.value], 1.0 if linst.state is s else 0.0)
-            seconds.add_metric([*labels, s.value], counted.get((i.uuid, s), 0.0))
+            seconds.add_metric([*labels, lgpu.gpu.name, s.value], counted.get((i.uuid, s), 0.0))
         if linst.state_since is not None:
             since.add_metric(labels, linst.state_since.timestamp())
         if i.memory_used_mib is not None:
@@ -292,25 +299,20 @@ def _count_families(snap: Snapshot) -> Iterator[Metric]:
     history = snap.history
     seconds = CounterMetricFamily(
         "gpuledger_gpu_state_seconds",
-        "Seconds each GPU has spent in each state (unknown included).",
-        labels=["uuid", "state"],
+        "Seconds each GPU has spent in each state (unknown included), with its card model.",
+        labels=["uuid", "state", "model"],
     )
     # A MIG instance's seconds are its own family's (gpuledger_mig_instance_state_seconds).
     counted = {k: v for k, v in history.state_seconds.items() if not k[0].startswith("MIG-")}
+    models = dict(history.models)
     for lgpu in snap.ledger.gpus:
+        models[lgpu.gpu.uuid] = lgpu.gpu.name
         for s in STATES:
             counted.setdefault((lgpu.gpu.uuid, s), 0.0)
     for (uuid, s), value in sorted(counted.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
-        seconds.add_metric([uuid, s.value], value)
+        seconds.add_metric([uuid, s.value, models.get(uuid, "")], value)
     yield seconds
-    jobs = CounterMetricFamily(
-        "gpuledger_job_gpu_seconds",
-        "GPU-seconds each Nomad job held (a process of it ran) or left idle on reserved GPUs.",
-        labels=["namespace", "nomad_job", "use"],
-    )
-    for (namespace, job, use), value in sorted(history.job_seconds.items()):
-        jobs.add_metric([namespace, job, use], value)
-    yield jobs
+    yield job_seconds_family(history, snap.owner_keys)
 
 
 def _node_families(snap: Snapshot) -> Iterator[Metric]:
@@ -371,8 +373,11 @@ JOB_LABELS = ["uuid", "namespace", "nomad_job", "task"]
 def _reservation_families(snap: Snapshot) -> Iterator[Metric]:
     """Whose each reserved GPU is, and since when a held one idles: what an alert needs to
     name a GPU's job and say for how long."""
+    names = owner_label_names(snap.owner_keys)
     reservation = _gauge(
-        "gpuledger_gpu_reservation", "1 for each GPU Nomad reserved, naming its task.", JOB_LABELS
+        "gpuledger_gpu_reservation",
+        "1 for each GPU Nomad reserved, naming its task and its job's owner.",
+        [*JOB_LABELS, *names],
     )
     held_idle = _gauge(
         "gpuledger_gpu_held_idle_since_timestamp_seconds",
@@ -382,7 +387,8 @@ def _reservation_families(snap: Snapshot) -> Iterator[Metric]:
     for unit in snap.ledger.units():
         res, uuid = unit.reservation, unit.uuid
         if res is not None:
-            reservation.add_metric([uuid, res.namespace or "", res.job or "", res.task or ""], 1)
+            job = [uuid, res.namespace or "", res.job or "", res.task or ""]
+            reservation.add_metric([*job, *owner_values(res.owner_labels, names)], 1)
         mark = snap.history.gpus.get(uuid)
         if mark is not None and mark.held_idle_since is not None:
             held_idle.add_metric([uuid], mark.held_idle_since.timestamp())
@@ -402,15 +408,18 @@ def finding_labels(f: Finding) -> tuple[str, ...]:
     )
 
 
-def _finding_open_family(ledger: Ledger) -> GaugeMetricFamily:
+def _finding_open_family(ledger: Ledger, owner_keys: tuple[str, ...]) -> GaugeMetricFamily:
     """1 per open finding, so that an alert names its GPU and Nomad job."""
     # Findings that differ only in what no label carries (two host commands on one GPU) are
     # one series: a duplicate sample would fail the whole scrape.
-    open_ = {finding_labels(f) for f in ledger.findings}
+    names = owner_label_names(owner_keys)
+    owners = JobOwners(ledger)
+    open_ = {(*finding_labels(f), *owners.of_finding(f, names)) for f in ledger.findings}
     finding_open = _gauge(
         "gpuledger_finding_open",
-        "1 for each open finding, naming its GPU and Nomad job (empty where it has none).",
-        ["code", "level", *JOB_LABELS],
+        "1 for each open finding, naming its GPU, Nomad job and the job's owner (empty where "
+        "it has none).",
+        ["code", "level", *JOB_LABELS, *names],
     )
     for labels in sorted(open_):
         finding_open.add_metric(list(labels), 1)

@@ -66,6 +66,8 @@ class Owner:
     alloc: str
     alloc_id: str
     note: str = ""
+    job_owner: str = ""
+    """The job's owner from its meta (else its namespace); ``""`` when not known."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ def owner(ref: AllocRef | None, note: str = "") -> Owner | None:
     if ref is None:
         return None
     path = " / ".join(part or "?" for part in (ref.namespace, ref.job, ref.task))
-    return Owner(path, ref.id[:8], ref.id, note)
+    return Owner(path, ref.id[:8], ref.id, note, ref.owner or "")
 
 
 def tenant_row(t: Tenant) -> TenantRow:

@@ -70,7 +70,8 @@ def _owner(ref: AllocRef | None) -> str:
     if ref is None:
         return "-"
     parts = [ref.namespace or "?", ref.job or "?", ref.task or "?"]
-    return "/".join(parts) + f" ({ref.id[:8]})"
+    whose = f" owner {ref.owner}" if ref.owner else ""
+    return "/".join(parts) + f" ({ref.id[:8]})" + whose
 
 
 def _tenant(t: Tenant) -> str:
