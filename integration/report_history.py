@@ -68,6 +68,10 @@ class Reservation:
     gpu: int
     span: Span
     busy: tuple[Span, ...] = ()
+    util: float = 0.9
+    """The GPU's utilisation while a process of it runs (0 otherwise)."""
+    memory_gib: int = 0
+    """The memory its process uses on the GPU while it runs."""
 
 
 OWNERS = {
@@ -78,6 +82,10 @@ OWNERS = {
 }
 """(namespace, job) -> (owner, team) from the job's meta; a job not listed has neither, and is
 its namespace's (as ``serve`` resolves it)."""
+
+
+EMAILS = {"alice": "alice@example.org"}
+"""The ``owner_email`` meta of an owner's jobs (the others have none)."""
 
 
 def owner_team(namespace: str, job: str) -> tuple[str, str]:
@@ -92,6 +100,10 @@ class Stray:
     node: str
     gpu: int
     span: Span
+    namespace: str = ""
+    job: str = ""
+    """The Nomad job whose process it is (an ``unreserved-tenant``), ``""`` for none."""
+    memory_gib: int = 0
 
 
 @dataclass(frozen=True)
@@ -139,10 +151,14 @@ def cluster() -> World:
         ),
     )
     reservations = (
-        Reservation("research", "train-llm", "gpu-a", 0, (0, WEEK), daily(0, 6, 0, 16)),
-        Reservation("research", "train-llm", "gpu-a", 1, (0, WEEK), daily(0, 6, 0, 16)),
-        Reservation("research", "notebook", "gpu-b", 0, (-DAY, WEEK), daily(0, 6, 9, 1)),
-        Reservation("ml", "batch-embed", "gpu-b", 1, (DAY, 4 * DAY), ((DAY + HOUR, 4 * DAY),)),
+        Reservation("research", "train-llm", "gpu-a", 0, (0, WEEK), daily(0, 6, 0, 16),
+                    memory_gib=70),
+        Reservation("research", "train-llm", "gpu-a", 1, (0, WEEK), daily(0, 6, 0, 16),
+                    memory_gib=70),
+        Reservation("research", "notebook", "gpu-b", 0, (-DAY, WEEK), daily(0, 6, 9, 1),
+                    util=0.02, memory_gib=9),
+        Reservation("ml", "batch-embed", "gpu-b", 1, (DAY, 4 * DAY), ((DAY + HOUR, 4 * DAY),),
+                    util=0.6, memory_gib=30),
         Reservation(
             "ml",
             "batch-embed",
@@ -150,12 +166,19 @@ def cluster() -> World:
             0,
             (4 * DAY + 12 * HOUR, WEEK + DAY),
             ((4 * DAY + 12 * HOUR, 6 * DAY),),
+            util=0.6,
+            memory_gib=10,
         ),
         Reservation("ml", "eval", "gpu-c", 1, (0, WEEK)),
-        Reservation("default", "render", "gpu-a", 0, (-2 * DAY, 0), ((-2 * DAY, -DAY),)),
-        Reservation("default", "render", "gpu-c", 0, (-DAY, DAY), ((-DAY, 12 * HOUR),)),
+        Reservation("default", "render", "gpu-a", 0, (-2 * DAY, 0), ((-2 * DAY, -DAY),),
+                    memory_gib=12),
+        Reservation("default", "render", "gpu-c", 0, (-DAY, DAY), ((-DAY, 12 * HOUR),),
+                    memory_gib=12),
+    )  # fmt: skip
+    # a process of train-llm on a GPU nobody reserved: an unreserved-tenant finding
+    strays = (
+        Stray("gpu-b", 1, (4 * DAY + 6 * HOUR, 4 * DAY + 16 * HOUR), "research", "train-llm", 5),
     )
-    strays = (Stray("gpu-b", 1, (4 * DAY + 6 * HOUR, 4 * DAY + 16 * HOUR)),)
     prior = {
         state_key("gpu-a", "GPU-a0", "held"): 3 * DAY,
         state_key("gpu-b", "GPU-b0", "reserved-idle"): 5 * DAY,
@@ -246,7 +269,9 @@ def _series_labels(node: Node, key: str) -> str:
     owner, team = owner_team(parts[2], parts[3])
     job = {"namespace": parts[2], "nomad_job": parts[3], "use": parts[4], "owner": owner}
     # serve writes "" for a key the meta lacks; OpenMetrics has it, Prometheus drops it
-    return _labels(node, {**job, "team": team, "model": node.model, "profile": ""})
+    email = EMAILS.get(owner, "")
+    labels = {**job, "team": team, "model": node.model, "profile": "", "owner_email": email}
+    return _labels(node, labels)
 
 
 def _charges(world: World, node: Node, t: int) -> list[str]:
@@ -281,7 +306,80 @@ def openmetrics(world: World, start: int) -> Iterator[str]:
             assert all(a[0] < b[0] for a, b in itertools.pairwise(points)), key
             for t, value, labels in points:
                 yield f"{name}_total{{{labels}}} {value:.1f} {start + t}\n"
+    yield from gauges(world, start)
     yield "# EOF\n"
+
+
+GIB = 1024**3
+MEMORY_TOTAL = {"NVIDIA H100 80GB HBM3": 81559 * 1024 * 1024, "Tesla T4": 15360 * 1024 * 1024}
+"""What the driver reports of each card (the H100's from the repository's nvidia-smi captures)."""
+GAUGES = (
+    ("gpuledger_gpu_info", "info"),
+    ("gpuledger_gpu_memory_total_bytes", "gauge"),
+    ("gpuledger_gpu_state", "gauge"),
+    ("gpuledger_gpu_utilization_ratio", "gauge"),
+    ("gpuledger_gpu_reservation", "gauge"),
+    ("gpuledger_tenant_gpu_memory_bytes", "gauge"),
+    ("gpuledger_finding_open", "gauge"),
+)
+
+
+def _stray_at(world: World, node: Node, gpu: int, t: int) -> Stray | None:
+    for s in world.strays:
+        if s.node == node.name and s.gpu == gpu and s.span[0] <= t < s.span[1]:
+            return s
+    return None
+
+
+def _gauge_minute(
+    world: World, node: Node, gpu: int, t: int
+) -> Iterator[tuple[str, dict[str, str], float]]:
+    """The gauges a scrape at ``t`` shows of one GPU: its state over the minute before."""
+    uuid = node.gpus[gpu]
+    state, r = _minute(world, node, gpu, t - STEP)
+    yield "gpuledger_gpu_info", {"uuid": uuid, "index": str(gpu), "name": node.model}, 1.0
+    yield "gpuledger_gpu_memory_total_bytes", {"uuid": uuid}, float(MEMORY_TOTAL[node.model])
+    for s in STATES:
+        yield "gpuledger_gpu_state", {"uuid": uuid, "state": s}, float(s == state)
+    stray = _stray_at(world, node, gpu, t - STEP) if state == "unaccounted" else None
+    util = r.util if r is not None and state == "held" else 0.5 if stray else 0.0
+    yield "gpuledger_gpu_utilization_ratio", {"uuid": uuid}, util
+    if r is not None:
+        task = {"uuid": uuid, "namespace": r.namespace, "nomad_job": r.job, "task": "main"}
+        yield "gpuledger_gpu_reservation", task, 1.0
+        if state == "held":
+            tenant = {**task, "container_id": f"c-{r.job}-{gpu}"}
+            yield "gpuledger_tenant_gpu_memory_bytes", tenant, float(r.memory_gib * GIB)
+    if stray is not None and stray.job:
+        task = {"uuid": uuid, "namespace": stray.namespace, "nomad_job": stray.job, "task": "main"}
+        yield (
+            "gpuledger_tenant_gpu_memory_bytes",
+            {**task, "container_id": "c-stray"},
+            float(stray.memory_gib * GIB),
+        )
+        code = {"code": "unreserved-tenant", "level": "BAD"}
+        yield "gpuledger_finding_open", {**code, **task}, 1.0
+
+
+def gauges(world: World, start: int) -> Iterator[str]:
+    """The gauges ``report --notes`` reads, at every scrape inside the window (none at its
+    start: a sample there would linger into it, Prometheus's five minutes of lookback, where a
+    live scrape would have left a staleness marker)."""
+    series: dict[str, dict[str, list[tuple[int, float]]]] = {name: {} for name, _ in GAUGES}
+    for node in world.nodes:
+        for t in range(STEP, WEEK + STEP, STEP):
+            if any(a < t < b for a, b in node.down):
+                continue
+            for gpu in range(len(node.gpus)):
+                for name, labels, value in _gauge_minute(world, node, gpu, t):
+                    key = _labels(node, labels)
+                    series[name].setdefault(key, []).append((t, value))
+    for name, kind in GAUGES:
+        family = name.removesuffix("_info") if kind == "info" else name
+        yield f"# HELP {family} {name}.\n# TYPE {family} {kind}\n"
+        for labels, points in sorted(series[name].items()):
+            for t, value in points:
+                yield f"{name}{{{labels}}} {value!r} {start + t}\n"
 
 
 def _length(spans: Iterable[Span]) -> int:

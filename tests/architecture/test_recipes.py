@@ -123,6 +123,7 @@ BROWSER_TESTS = {
     "node.html.j2": "integration/test_pages.py",
     "fleet.html.j2": "integration/test_pages.py",
     "report.html.j2": "integration/test_report_page.py",
+    "owner.html.j2": "integration/test_report_notes.py",
     "starting.html.j2": "tests/web/test_web.py",  # shown for one interval at most: no browser
 }
 """Where each page is looked at: a page's recipe ends with a test in a real browser."""

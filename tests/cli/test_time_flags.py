@@ -28,6 +28,7 @@ TIME_FLAGS = [
     *((["fleet", a], f, "duration") for a in ("ls", "check", "serve")
       for f in ("--timeout", "--stale-after")),
     (["report"], "--timeout", "duration"),
+    (["report"], "--smtp-timeout", "duration"),
     (["report"], "--since", "since"),
     (["report"], "--until", "instant"),
 ]  # fmt: skip

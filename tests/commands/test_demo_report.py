@@ -66,3 +66,34 @@ def test_a_refusal_of_the_report_is_its_usage_error() -> None:
     code = run_demo_report(out, by="job", prices_text=bad, now=NOW, err=err)
     assert code == ExitCode.USAGE
     assert "prices" in err.getvalue()
+
+
+def test_demo_report_prints_the_priced_bill_by_owner() -> None:
+    from gpuledger.cli import main  # noqa: PLC0415
+
+    out = io.StringIO()
+    assert main(["demo", "--report"], out) == ExitCode.OK
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("gpuledger demo --report: a SIMULATED week")
+    header = next(line for line in lines if line.startswith("OWNER"))
+    assert header.split()[-2:] == ["COST", "EUR"]
+    owners = {line.split()[0] for line in lines if line[:1].isalpha() and not line.isupper()}
+    assert {"alice", "bob", "carol", "dave", "erin"} <= owners
+
+
+def test_demo_report_s_notes_are_those_of_the_week_s_spans() -> None:
+    """``report_week``'s jobs and ``report_week_gauges.JOB_USE``: bob's notebook holds its H100
+    an hour a day (7 h of the week's 167.8 reserved: idle 96 %) at 3 % utilisation with 9 GiB;
+    serve-api runs 16 h a day at 4 % (224 h held below 5 %); the jobs on MIG instances are held
+    on their instances, so none of them is said to have used nothing."""
+    out = io.StringIO()
+    assert run_demo_report(out, now=NOW) == ExitCode.OK
+    notes = out.getvalue().split("NOTES\n")[1].split("\n\n")[0].splitlines()
+    for line in (
+        "bob  research/notebook: idle 96 % of its reservation",
+        "bob  research/notebook: held but below 5 % utilisation for 7.0 h",
+        "bob  research/notebook: peak memory 9 GiB of 80 GiB: a 1g.10gb MIG slice would hold it",
+        "carol  vision/serve-api: held but below 5 % utilisation for 224 h",
+    ):
+        assert line in notes
+    assert not any("and used 0" in n for n in notes)

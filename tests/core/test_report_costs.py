@@ -66,10 +66,12 @@ def state(name: str, seconds: float, **labels: str) -> Sample:
 def test_the_bill_s_queries_ask_the_owner_key_model_and_profile() -> None:
     week = Window(until=datetime(2026, 11, 16, tzinfo=timezone.utc), seconds=604800)
     assert owner_job_query(week, "team") == (
-        "sum by (namespace, nomad_job, use, node, instance, model, profile, owner, team) "
+        "sum by (namespace, nomad_job, use, node, instance, model, profile, owner, team, "
+        "owner_email) "
         "(increase(gpuledger_job_gpu_seconds_total[604800s]))"
     )
-    assert "owner, owner" not in owner_job_query(week, "owner")
+    by = owner_job_query(week, "owner").split("(")[1].split(")")[0].split(", ")
+    assert len(by) == len(set(by)) and "owner" in by  # the key named once
     assert card_state_query(week) == (
         "sum by (state, model, node, instance) "
         "(increase(gpuledger_gpu_state_seconds_total[604800s]))"

@@ -27,10 +27,19 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a simulated fleet instead, watched by gpuledger fleet serve",
     )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="print the real report by owner of a simulated week: the bill, priced, with notes",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     """The simulated node (or fleet), served until Ctrl-C; ``--json``: one read of it."""
+    if args.report:
+        from gpuledger.commands.demo_report import run_demo_report  # noqa: PLC0415
+
+        return run_demo_report(out, output="json" if args.json else "table")
     if args.fleet:
         from gpuledger.commands.demo_fleet import run_fleet_demo  # noqa: PLC0415
 

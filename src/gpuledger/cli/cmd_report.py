@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuledger.cli import flags, types
-from gpuledger.commands.options import ReportFlags
-from gpuledger.errors import ExitCode
+from gpuledger.cli.mail_flags import add_mail_flags, smtp_settings
+from gpuledger.commands.options import MailRequest, OwnerOutputs, ReportFlags
+from gpuledger.errors import ExitCode, UsageError
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +55,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="price the bill by owner: YAML with a currency, a default price per GPU-hour and "
         "models: {card glob: price} (a MIG instance costs its share of its card)",
     )
+    _add_owner_outputs(parser.add_argument_group("beyond the bill by owner"))
     fmt = parser.add_mutually_exclusive_group()
     flags.add_json(fmt)
     fmt.add_argument("--csv", action="store_true", help="the rows as CSV, with a header")
@@ -64,6 +66,25 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="write a self-contained HTML page with bars to FILE (- for stdout)",
     )
     _add_access(parser.add_argument_group("access to Prometheus"))
+
+
+def _add_owner_outputs(owners: flags.Flags) -> None:
+    owners.add_argument(
+        "--notes",
+        action="store_true",
+        help="a note per job about its waste (reserved and unused, idle, held below a "
+        "utilisation, a MIG slice would hold its memory, ran on a GPU it did not reserve), "
+        "by the rules of the policy's notes",
+    )
+    flags.add_notes_policy(owners)
+    owners.add_argument(
+        "--split",
+        type=Path,
+        metavar="DIR",
+        help="write each owner's page into DIR: <owner>.html and <owner>.md (the name made "
+        "safe for a file system)",
+    )
+    add_mail_flags(owners)
 
 
 def _add_access(access: flags.Flags) -> None:
@@ -109,5 +130,26 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         ca_cert=args.prometheus_ca_cert,
         timeout=args.timeout,
         prices=args.prices,
+        extras=_extras(args),
     )
     return report_command(asked, out)
+
+
+POLICY = "--" + "policy"  # the flag is flags.py's (add_notes_policy)
+
+
+def _extras(args: argparse.Namespace) -> OwnerOutputs:
+    """``--notes``, ``--policy``, ``--split`` and the mail flags; ``UsageError`` for what
+    cannot be meant."""
+    if args.policy is not None and not args.notes:
+        raise UsageError(f"{POLICY} needs --notes: report reads only the policy's notes rules")
+    settings = smtp_settings(args)
+    mail = None
+    if settings is not None:
+        mail = MailRequest(
+            settings=settings,
+            sender=args.mail_from,
+            send=args.mail_send,
+            owner_map=args.owner_map,
+        )
+    return OwnerOutputs(notes=args.notes, policy=args.policy, split=args.split, mail=mail)

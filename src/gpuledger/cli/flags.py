@@ -473,3 +473,13 @@ def fleet_sources_of(args: argparse.Namespace) -> FleetFlags:
         shard=args.shard,
         policy=args.policy,
     )
+
+
+def add_notes_policy(g: Flags) -> None:
+    """``report``'s ``--policy``: the policy whose ``notes`` rules ``--notes`` applies."""
+    g.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="with --notes: the policy whose notes: rules apply (default: the built-in one)",
+    )

@@ -10,6 +10,7 @@ a command line, and every command returns an ``ExitCode``:
 - ``fleet``: the fleet controller: ``fleet ls``, ``check`` and ``serve``
 - ``report``: GPU-hours and waste per job, read back from Prometheus
 - ``report_mail``: each owner's page by mail: planned purely, sent once by SMTP
+- ``report_owners``: ``report --by owner``'s notes, its page per owner (``--split``) and mails
 - ``policy_cmd``: ``policy show``, ``check``, ``schema`` and ``test``
 - ``policy_test``: a policy's unit tests
 - ``render``: the Nomad job specs from Helm-like values

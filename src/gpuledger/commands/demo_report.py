@@ -25,6 +25,7 @@ from gpuledger.errors import ExitCode
 from gpuledger.model.contract import iso_time
 from gpuledger.sim.prometheus_api import FakePrometheus, Series
 from gpuledger.sim.report_week import WEEK, Week, cluster, counters
+from gpuledger.sim.report_week_gauges import gauges
 
 DEMO_PRICES = """\
 # The demo's prices: what one GPU-hour of each card costs (a MIG instance costs its share of
@@ -37,7 +38,8 @@ models:
   "NVIDIA L40S": 1.50
 """
 REPORT_TIMEOUT_S = 120.0
-"""How long the child report may take (it reads two answers from loopback: seconds)."""
+"""How long the child report may take (the bill's answers take seconds, the notes' subqueries
+over a week of gauges some more)."""
 _FLAGS = {"table": (), "json": ("--json",), "csv": ("--csv",)}
 
 
@@ -47,19 +49,28 @@ def week_end(now: datetime | None = None) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def week_series(week: Week, end: datetime) -> list[Series]:
-    """The week's counters, as the fake Prometheus holds them, ending at ``end``."""
+def week_series(week: Week, end: datetime, *, with_gauges: bool = False) -> list[Series]:
+    """The week's counters (and with ``with_gauges`` the gauges the notes read), as the fake
+    Prometheus holds them, ending at ``end``."""
     start = int(end.timestamp()) - WEEK
-    return [Series.of(c.name, c.labels, c.samples) for c in counters(week, start)]
+    series = [Series.of(c.name, c.labels, c.samples) for c in counters(week, start)]
+    return series + (gauges(week, start) if with_gauges else [])
 
 
 def report_argv(
-    url: str, end: datetime, *, by: str, output: ReportOutput, prices: Path | None
+    url: str,
+    end: datetime,
+    *,
+    by: str,
+    output: ReportOutput,
+    prices: Path | None,
+    notes: bool = False,
 ) -> list[str]:
     """The child's command line: the report as a user would type it."""
     argv = [sys.executable, "-m", "gpuledger", "report", "--prometheus", url]
     argv += ["--since", "7d", "--until", iso_time(end), "--by", by, *_FLAGS[output]]
-    return argv + (["--prices", str(prices)] if prices is not None else [])
+    argv += ["--prices", str(prices)] if prices is not None else []
+    return argv + (["--notes"] if notes else [])
 
 
 def _child_env() -> dict[str, str]:
@@ -96,11 +107,13 @@ def run_demo_report(
 ) -> ExitCode:
     """Serve the simulated week and print the real report of it (``output``; the header on
     ``out`` for the table, on ``err`` otherwise, so that JSON and CSV stay machine-readable).
-    ``prices_text``: the prices file's text (``None``: no ``--prices``)."""
+    ``prices_text``: the prices file's text (``None``: no ``--prices``); by an owner key, with
+    ``--notes`` (the fake answers their queries over the week's gauges)."""
     err = err or sys.stderr
     end = week_end(now)
+    notes = by not in ("job", "namespace", "node")
     with (
-        FakePrometheus(week_series(cluster(), end)) as prometheus,
+        FakePrometheus(week_series(cluster(), end, with_gauges=notes)) as prometheus,
         tempfile.TemporaryDirectory(prefix="gpuledger-demo-report-") as tmp,
     ):
         prices = None
@@ -108,7 +121,7 @@ def run_demo_report(
             prices = Path(tmp) / "prices.yaml"
             prices.write_text(prices_text, encoding="utf-8")
         (out if output == "table" else err).write(header(prometheus.url, end, prices is not None))
-        argv = report_argv(prometheus.url, end, by=by, output=output, prices=prices)
+        argv = report_argv(prometheus.url, end, by=by, output=output, prices=prices, notes=notes)
         try:
             child = subprocess.run(
                 argv,

@@ -23,6 +23,7 @@ from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.redact import CommandMode
 
 if TYPE_CHECKING:
+    from gpuledger.commands.report_mail import SmtpSettings
     from gpuledger.core.fleet_join import Shard as Shard  # noqa: PLC0414 - for the CLI's types
 
 GpuBackend = Literal["auto", "nvml", "nvidia-smi"]
@@ -140,6 +141,36 @@ class FleetFlags:
     policy: Path | None = None
 
 
+MAIL_SUBJECT = "GPU-hours and cost of your Nomad jobs: {owner}"
+
+
+@dataclass(frozen=True)
+class MailRequest:
+    """``--mail``: who sends, through what; ``send`` only with ``--mail-send``."""
+
+    settings: SmtpSettings
+    sender: str
+    send: bool = False
+    owner_map: Path | None = None
+    subject: str = MAIL_SUBJECT
+
+
+@dataclass(frozen=True)
+class OwnerOutputs:
+    """What a bill by owner is asked beyond the bill: ``--notes`` (under ``--policy``'s
+    rules, else the built-in ones), ``--split DIR``, ``--mail``."""
+
+    notes: bool = False
+    policy: Path | None = None
+    split: Path | None = None
+    mail: MailRequest | None = None
+
+    @property
+    def any(self) -> bool:
+        """Whether anything beyond the bill was asked."""
+        return self.notes or self.split is not None or self.mail is not None
+
+
 @dataclass(frozen=True)
 class ReportFlags:
     """What ``report`` is asked: where Prometheus is, how to reach it, the window, the output."""
@@ -158,3 +189,5 @@ class ReportFlags:
     timeout: timedelta = timedelta(minutes=2)
     prices: Path | None = None
     """``--prices``: the prices file of a bill by owner."""
+    extras: OwnerOutputs = field(default_factory=OwnerOutputs)
+    """``--notes``, ``--split DIR``, ``--mail``: what a bill by owner is also asked."""

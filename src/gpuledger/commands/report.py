@@ -4,6 +4,8 @@ Two instant queries (``core/report_queries.py`` says which and why), then one ou
 ``--json``, ``--csv`` or the ``--html`` page. By an owner key (``--by owner``, ``team`` …), three
 others, and the bill of them (``core/report_costs.py``), priced by ``--prices``; a glob of the
 prices file that matched no card is a warning on stderr, a card it cannot price an error.
+By an owner key, ``--notes``, ``--split DIR`` and ``--mail`` are ``commands/report_owners.py``'s:
+their files (the policy, the owner map, the folder) are read and checked before any query.
 A failure of Prometheus is one line on stderr and exit 1; so is a window in which Prometheus
 holds no counter of gpuledger at all, which means gpuledger is not scraped there (a scraped
 controller counts every GPU, free ones included).
@@ -14,7 +16,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO
@@ -25,7 +28,7 @@ from gpuledger.collectors.prometheus import (
     read_basic_auth,
 )
 from gpuledger.collectors.prometheus import check_url as check_prometheus_url
-from gpuledger.commands.options import ReportFlags, ReportOutput
+from gpuledger.commands.options import OwnerOutputs, ReportFlags, ReportOutput
 from gpuledger.controller.clock import SystemClock
 from gpuledger.core.report_costs import build_bill, models_seen, price_warnings
 from gpuledger.core.report_queries import (
@@ -45,6 +48,7 @@ from gpuledger.model.contract import iso_time, report_doc
 from gpuledger.model.prices import Prices
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.report_values import By, Report, Sample, Window
+from gpuledger.policy.note_rules import NoteRules
 from gpuledger.views.report_bill import render_bill_csv, render_bill_html, render_bill_table
 from gpuledger.views.report_formats import render_csv, render_html, render_table
 from gpuledger.views.table import printable
@@ -64,6 +68,12 @@ class ReportOptions:
     """``--by owner`` (``team``, …): the bill per that label; ``by`` is then ``JOB``."""
     prices: Prices | None = None
     """``--prices``: the bill's costs (with ``owner_key`` only)."""
+    extras: OwnerOutputs = field(default_factory=OwnerOutputs)
+    """``--notes``, ``--split``, ``--mail`` (with ``owner_key`` only)."""
+    note_rules: NoteRules | None = None
+    """The policy's notes (with ``--notes``), loaded before any query."""
+    owner_map: Mapping[str, str] = field(default_factory=dict)
+    """``--owner-map``'s addresses (with ``--mail``), loaded before any query."""
 
 
 def check_html_target(path: Path) -> None:
@@ -148,6 +158,11 @@ def run_report(options: ReportOptions, out: TextIO, err: TextIO | None = None) -
     err = err or sys.stderr
     try:
         report, warnings = fetch_report(options)
+        if options.note_rules is not None and report.bill is not None:
+            from gpuledger.commands import report_owners  # noqa: PLC0415 - only with --notes
+
+            answers = report_owners.ask_notes(options.settings, report, options.note_rules)
+            report = report_owners.with_notes(report, answers, options.note_rules)
     except SourceError as exc:
         # What Prometheus said is quoted in the message: through the tables' filter, so an
         # escape sequence it sends is shown, not obeyed.
@@ -165,7 +180,11 @@ def run_report(options: ReportOptions, out: TextIO, err: TextIO | None = None) -
         out.write((render_bill_csv if billed else render_csv)(report))
     else:
         out.write((render_bill_table if billed else render_table)(report))
-    return ExitCode.OK
+    if not options.extras.any:
+        return ExitCode.OK
+    from gpuledger.commands.report_owners import owner_outputs  # noqa: PLC0415
+
+    return owner_outputs(report, options.extras, options.owner_map, out)
 
 
 def report_command(flags: ReportFlags, out: TextIO) -> ExitCode:
@@ -175,6 +194,11 @@ def report_command(flags: ReportFlags, out: TextIO) -> ExitCode:
         raise UsageError(
             f"--by {flags.by} shapes the table, --csv and --html; the --json document always "
             "lists jobs, nodes and totals (and by an owner key, the bill)"
+        )
+    if flags.extras.any and owner_key is None:
+        raise UsageError(
+            f"--notes, --split and --mail are about a bill by owner: add --by owner (or team, "
+            f"another owner key); --by {flags.by} has no owners"
         )
     if flags.prices is not None and owner_key is None:
         raise UsageError(
@@ -190,7 +214,24 @@ def report_command(flags: ReportFlags, out: TextIO) -> ExitCode:
         owner_key=owner_key,
         prices=None if flags.prices is None else _load_prices(flags.prices),
     )
+    if flags.extras.any:
+        options = _with_extras(options, flags.extras)
     return run_report(options, out)
+
+
+def _with_extras(options: ReportOptions, extras: OwnerOutputs) -> ReportOptions:
+    """What ``--notes``, ``--split`` and ``--mail`` need, read and checked before any query."""
+    from gpuledger.commands import report_owners  # noqa: PLC0415 - only when asked
+    from gpuledger.views.owner_pages import check_split_target  # noqa: PLC0415
+
+    if extras.split is not None:
+        check_split_target(extras.split)
+    return replace(
+        options,
+        extras=extras,
+        note_rules=report_owners.note_rules(extras.policy) if extras.notes else None,
+        owner_map=report_owners.load_owner_map(extras.mail),
+    )
 
 
 def _owner_key(flags: ReportFlags) -> str | None:

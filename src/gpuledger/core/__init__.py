@@ -8,4 +8,6 @@ No module here reads a source, the clock or a file (import-linter forbids every 
 - ``history``: the history's arithmetic: since-whens, GPU-second counts, trails, dated findings
 - ``report_queries``: the PromQL ``gpuledger report`` asks, and the report made of the answers
 - ``report_costs``: the bill by owner of those answers, its costs rounded once to the cent
+- ``report_notes``: a job's notes about its waste, from what was measured and the note rules
+- ``report_note_queries``: the PromQL of ``report --notes``, and each job's measures of it
 """

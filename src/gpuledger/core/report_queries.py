@@ -32,6 +32,8 @@ STATE_METRIC = "gpuledger_gpu_state_seconds_total"
 MIG_STATE_METRIC = "gpuledger_mig_instance_state_seconds_total"
 OWNER_LABEL = "owner"
 """The resolved owner of a job's counters: its meta's, else its namespace (``serve``)."""
+EMAIL_LABEL = "owner_email"
+"""Where a job's meta says its owner's mail goes (``report --mail`` without an owner map)."""
 _PRICE_LABELS = ("model", "profile")
 _NOT_OWNER_KEYS = frozenset(
     {
@@ -84,10 +86,11 @@ def check_owner_key(key: str) -> str:
 
 
 def owner_job_query(window: Window, key: str) -> str:
-    """Held and idle seconds per job, use, node, card model, MIG profile and owner (and the
-    owner key ``key``): what a bill is made of. ``owner`` is always asked, so that counters of
-    controllers that do not label it can be told from jobs without an owner."""
-    keys = dict.fromkeys((*_JOB_LABELS, *_PRICE_LABELS, OWNER_LABEL, key))
+    """Held and idle seconds per job, use, node, card model, MIG profile, owner and its
+    ``owner_email`` (and the owner key ``key``): what a bill is made of. ``owner`` is always
+    asked, so that counters of controllers that do not label it can be told from jobs
+    without an owner."""
+    keys = dict.fromkeys((*_JOB_LABELS, *_PRICE_LABELS, OWNER_LABEL, key, EMAIL_LABEL))
     return _sum_increase(JOB_METRIC, keys, window)
 
 

@@ -11,4 +11,5 @@
 - ``wording``: how a finding words its subject, its owner and its spans
 - ``prices_load``: the prices file (``report --prices``), every problem by file and line
 - ``owner_map``: the owner map file (owner or team to e-mail address), every problem by line
+- ``note_rules``: the policy's ``notes``: each note of ``report --notes``, its switch and thresholds
 """

@@ -192,7 +192,8 @@ def _build(doc: Located, source: str, base: Policy) -> Policy:
         for i, o in enumerate(value.get("overrides", []))
     )
     exit_on = Level[value["exit_on"]] if "exit_on" in value else base.exit_on
-    return Policy(rules=rules, exit_on=exit_on, overrides=overrides, source=source)
+    notes = base.notes.with_changes(value.get("notes", {}))
+    return Policy(rules=rules, exit_on=exit_on, overrides=overrides, source=source, notes=notes)
 
 
 def parse_policy(text: str, path: str, base: Policy | None = None) -> Policy:

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from gpuledger.model import Code, Level
+from gpuledger.policy.note_rules import NoteRules
 
 MaxSessions = int | Literal["card"]
 
@@ -155,6 +156,8 @@ class Policy:
     exit_on: Level = Level.BAD
     overrides: tuple[Override, ...] = ()
     source: str = "<built-in>"
+    notes: NoteRules = field(default_factory=NoteRules)
+    """The rules of ``report --notes`` (the policy's ``notes``)."""
     _resolved: dict[tuple[Code, str, str | None, str | None, str | None], Rule] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )

@@ -20,4 +20,7 @@ gpuledger's outside itself (an import-linter contract): a fake shares no code wi
 - ``consul_api``: a fake Consul agent's health API.
 - ``prometheus_api``: a fake Prometheus: ``sum by (…) (increase(…))``, as Prometheus counts it.
 - ``report_week``: a week of a small cluster's counters, owners and MIG included, for the demo.
+- ``report_week_gauges``: that week's gauges the notes read (states, utilisation, reservations,
+  tenants' memory).
+- ``prometheus_gauges``: the fake Prometheus's PromQL subset of the notes' queries over gauges.
 """

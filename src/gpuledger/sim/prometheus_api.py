@@ -277,6 +277,22 @@ def evaluate(
     return [(dict(key), total) for key, total in sorted(sums.items())]
 
 
+def _evaluate_any(
+    text: str, series: Sequence[Series], at_ms: int, rules: Rules
+) -> list[tuple[dict[str, str], float]]:
+    """``increase``'s one shape, else the gauges' subset (``sim/prometheus_gauges.py``)."""
+    try:
+        query = parse_query(text)
+    except _BadDataError as not_increase:
+        from gpuledger.sim.prometheus_gauges import evaluate_gauges  # noqa: PLC0415 - a cycle
+
+        try:
+            return evaluate_gauges(text, series, at_ms, rules)
+        except ValueError as exc:
+            raise _BadDataError(f"{not_increase}; nor the notes' gauge queries: {exc}") from None
+    return evaluate(query, series, at_ms, rules)
+
+
 # ----------------------------------------------------------------------------- the API
 
 
@@ -366,7 +382,7 @@ class FakePrometheus:
         try:
             _check_timeout(params.get("timeout"))
             at_ms = parse_time(params.get("time"), time.time() if self.now is None else self.now)
-            result = evaluate(parse_query(text), self.series, at_ms, self.rules)
+            result = _evaluate_any(text, self.series, at_ms, self.rules)
         except _BadDataError as exc:
             return _error(str(exc))
         at = at_ms / 1000

@@ -15,4 +15,5 @@ it is shown:
 - ``fleet_page``: the fleet's page
 - ``report_formats``: ``report``'s table, CSV and HTML page
 - ``report_bill``: the bill of ``report --by owner`` as a table, CSV and its part of the page
+- ``owner_pages``: one owner's page (HTML and Markdown), the safe file names of ``--split``
 """

@@ -87,7 +87,20 @@ def render_bill_table(report: Report) -> str:
     assert bill is not None  # noqa: S101 - the command renders a bill only when it made one
     legend = "; ".join(f"{line}: {what}" for line, what in NOBODY.items())
     lines = [printable(window_line(report)), "", *bill_table(bill), legend, ""]
-    return "\n".join([*lines, *node_table(report)]) + "\n"
+    return "\n".join([*lines, *notes_lines(bill), *node_table(report)]) + "\n"
+
+
+def notes_lines(bill: Bill) -> list[str]:
+    """``NOTES`` and a line per note (``owner  namespace/job: note``), then a blank line; none
+    when no job has a note."""
+    lines = [
+        f"{printable(o.owner) or '-'}  {printable(j.namespace) or '-'}/{printable(j.job) or '-'}: "
+        f"{printable(note)}"
+        for o in bill.owners
+        for j in o.jobs
+        for note in j.notes
+    ]
+    return ["NOTES", *lines, ""] if lines else []
 
 
 def render_bill_csv(report: Report) -> str:
@@ -178,19 +191,25 @@ def bill_bars(bill: Bill) -> list[BillBar]:
     return bars
 
 
-def _page_rows(bill: Bill) -> list[tuple[str, str, list[str]]]:
-    """(class, label, cells) of the page's table."""
+PageRow = tuple[str, str, list[str], tuple[str, ...]]
+"""(class, label, cells, notes) of one row of the page's table."""
+
+
+def _page_rows(bill: Bill) -> list[PageRow]:
+    """The page's table: owners, their jobs (with their notes), the nobody's lines."""
     priced = bill.cost_by is not None
-    rows: list[tuple[str, str, list[str]]] = []
+    rows: list[PageRow] = []
     for owner in bill.owners:
-        rows.append(("owner", owner.owner or "-", [*use_cells(owner.hours), _money(owner.cost)]))
+        cells = [*use_cells(owner.hours), _money(owner.cost)]
+        rows.append(("owner", owner.owner or "-", cells, ()))
         for j in owner.jobs:
             label = f"{j.namespace or '-'}/{j.job or '-'}"
-            rows.append(("job", label, [*use_cells(j.hours), _money(j.cost)]))
+            rows.append(("job", label, [*use_cells(j.hours), _money(j.cost)], j.notes))
     for line, hours, amount in nobody_lines(bill):
-        rows.append((line, f"{line} ({hours_cell(hours)} h)", ["-"] * 4 + [_money(amount)]))
+        cells = ["-"] * 4 + [_money(amount)]
+        rows.append((line, f"{line} ({hours_cell(hours)} h)", cells, ()))
     if not priced:
-        rows = [(k, label, cells[:-1]) for k, label, cells in rows]
+        rows = [(k, label, cells[:-1], notes) for k, label, cells, notes in rows]
     return rows
 
 

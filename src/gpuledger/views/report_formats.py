@@ -193,7 +193,8 @@ class BillChart:
     currency: str | None
     bars: tuple[Any, ...]
     height: float
-    rows: tuple[tuple[str, str, list[str]], ...]
+    rows: tuple[tuple[str, str, list[str], tuple[str, ...]], ...]
+    """(class, label, cells, notes): a job's notes (``--notes``) under its name."""
     totals: tuple[str, ...]
     cost: str | None
     nobody: tuple[tuple[str, str], ...]
@@ -205,6 +206,11 @@ def _style() -> tuple[str, str]:
     css = files("gpuledger.views").joinpath("templates/report.css").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
     return css, f"'sha256-{digest}'"
+
+
+def report_style() -> tuple[str, str]:
+    """The report's style sheet and its CSP source, for every page made of a report."""
+    return _style()
 
 
 def render_html(report: Report, bill: BillChart | None = None) -> str:
