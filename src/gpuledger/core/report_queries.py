@@ -25,32 +25,20 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from gpuledger.model.owners import OWNER, OWNER_EMAIL, RESERVED_LABELS
 from gpuledger.model.report_values import By, NodeHours, Report, Sample, UseHours, Window
 
 JOB_METRIC = "gpuledger_job_gpu_seconds_total"
 STATE_METRIC = "gpuledger_gpu_state_seconds_total"
 MIG_STATE_METRIC = "gpuledger_mig_instance_state_seconds_total"
-OWNER_LABEL = "owner"
+OWNER_LABEL = OWNER
 """The resolved owner of a job's counters: its meta's, else its namespace (``serve``)."""
-EMAIL_LABEL = "owner_email"
+EMAIL_LABEL = OWNER_EMAIL
 """Where a job's meta says its owner's mail goes (``report --mail`` without an owner map)."""
 _PRICE_LABELS = ("model", "profile")
-_NOT_OWNER_KEYS = frozenset(
-    {
-        "job",
-        "namespace",
-        "node",
-        "nomad_job",
-        "use",
-        "model",
-        "profile",
-        "instance",
-        "state",
-        "uuid",
-        "parent",
-    }
-)
-"""Labels of gpuledger's counters (or Prometheus's own ``job``) that no owner key can be."""
+_NOT_OWNER_KEYS = RESERVED_LABELS - {EMAIL_LABEL}
+"""Labels of gpuledger's counters (or Prometheus's own ``job``) that no owner key can be; a
+report may still be asked ``--by owner_email``."""
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _JOB_LABELS = ("namespace", "nomad_job", "use", "node", "instance")
 _STATE_LABELS = ("state", "node", "instance")
