@@ -119,6 +119,16 @@ def test_a_dry_run_connects_to_nothing_and_says_what_it_would_send() -> None:
     assert quiet.error is None
 
 
+def test_a_dry_run_shows_an_owner_s_escape_sequence_and_never_sends_it_to_the_terminal() -> None:
+    hostile = Mail("dave", "dave@example.org", "GPU bill: \x1b[31mred\x1b]0;t\x07", "", "", SENDER)
+    out = io.StringIO()
+    send_mails((hostile,), _plain("127.0.0.1", closed_port()), send=False, out=out)
+    shown = out.getvalue()
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert shown.startswith("would send to dave@example.org: GPU bill: ")
+    assert "red" in shown
+
+
 def test_sending_delivers_exactly_one_mail_per_owner_with_its_to_and_both_parts() -> None:
     with smtp_server() as server:
         out = io.StringIO()

@@ -92,6 +92,23 @@ def test_mig_slices_count_by_profile_under_their_cards_model() -> None:
     }
 
 
+def test_an_unread_driver_counts_a_mig_card_s_unknown_once_on_the_card_not_its_slices() -> None:
+    h = run(Ledger(NODE, T0, UP, (mig_card(TRAIN),)), 2)
+    down = {
+        SourceName.GPU: SourceStatus.failed("nvml: gone"),
+        SourceName.NOMAD: UP[SourceName.NOMAD],
+    }
+    # Two ticks with the driver failing: 30 s the card is unknown, and nothing else is.
+    after = run(Ledger(NODE, T0, down, ()), 2, h)
+    parent = mig_card(TRAIN).gpu.uuid
+    unknown = {k[0]: v for k, v in after.state_seconds.items() if k[1] is GpuState.UNKNOWN}
+    assert unknown == {parent: 30.0}
+    # The slices are still remembered as unknown (their marks), not gone.
+    assert {u for u in after.gpus if u.startswith("MIG-")} == {
+        f"MIG-{i:08d}-0000-0000-0000-000000000000" for i in range(3)
+    }
+
+
 # Written by hand in the form the code before owners wrote (controller/history_file.py at
 # 9b728c2: jobGpuSeconds entries of namespace, nomadJob, use, seconds and lastSeen; no
 # gpuModels).

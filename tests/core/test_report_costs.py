@@ -19,7 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuledger.core.report_costs import apportion, build_bill, models_seen, price_warnings
+from gpuledger.core.report_costs import (
+    apportion,
+    build_bill,
+    models_seen,
+    price_warnings,
+    unnamed_hours,
+)
 from gpuledger.core.report_queries import (
     card_state_query,
     check_owner_key,
@@ -116,7 +122,7 @@ def test_owners_jobs_and_the_nobody_s_lines() -> None:
         state("held", 1 * H, model=T4, node="b"),
         state("unaccounted", 4 * H, model=T4, node="b"),
         state("free", 7 * H, model=T4, node="b"),
-        state("mig", 99 * H, model=A100, node="c"),  # priced through its instances only
+        state("mig", 7 * H, model=A100, node="c"),  # one 1g of its 7 slices carved
     ]
     migs = [state("free", 7 * H, model=A100, profile="1g.5gb", node="c")]
     bill = build_bill("owner", jobs, cards, migs, PRICES)
@@ -129,12 +135,15 @@ def test_owners_jobs_and_the_nobody_s_lines() -> None:
     assert (alice.hours.held, alice.hours.idle) == (10.0, 7.0)
     assert alice.cost == Decimal("53.00")  # 12 h x 4.00 + 5 h x 1.00
     assert bill.owners[1].cost == Decimal("1.00")
-    assert (bill.unaccounted_hours, bill.free_hours, bill.unknown_hours) == (4.0, 14.0, 3.0)
+    # free: 7 h of T4, 7 h of the 1g instance and the 6/7 of the A100 no instance holds
+    # (7 h x 6/7 = 6 card-hours)
+    assert (bill.unaccounted_hours, bill.free_hours, bill.unknown_hours) == (4.0, 20.0, 3.0)
     assert bill.cost_by is not None
     assert bill.cost_by.unknown == Decimal("12.00")  # 3 h of H100
-    assert bill.cost_by.free == Decimal("9.10")  # 7 h of T4 + 7 h of 1/7 of 2.10
+    assert bill.cost_by.free == Decimal("21.70")  # 7 x 1.00 + 7 x 2.10 / 7 + 6 x 2.10
     assert bill.cost_by.unaccounted == Decimal("4.00")
-    assert bill.cost_by.total == Decimal("79.10")
+    # the fleet: 15 h of H100 x 4.00 + 17 h of T4 x 1.00 + 7 h of A100 x 2.10
+    assert bill.cost_by.total == Decimal("91.70")
     assert bill.currency == "EUR"
 
 
@@ -170,6 +179,21 @@ def test_a_card_of_no_hours_needs_no_price() -> None:
     prices = Prices(currency="EUR", default=None)
     bill = build_bill("owner", [], [state("free", 0.0, model=T4)], [], prices)
     assert bill.cost_by is not None and bill.cost_by.total == 0
+
+
+def test_hours_counted_before_the_counters_named_their_card_are_said_to_be_at_the_default() -> None:
+    old = [state("held", 2 * H)]  # a controller from before the model label
+    assert unnamed_hours(old) and not unnamed_hours(
+        [state("held", 0.0)], [state("free", H, model=T4)]
+    )
+    bill = build_bill("owner", [], old, [], PRICES)
+    assert bill.cost_by is not None and bill.cost_by.total == Decimal("2.00")  # 2 h x default 1.00
+    (warning,) = price_warnings(Prices(currency="EUR", default=Decimal("1.00")), set(), True)
+    assert "no model label" in warning and "1.00" in warning
+    # Without a default there is nothing to warn of: such hours are an error (no price).
+    assert price_warnings(Prices(currency="EUR", default=None, models=PRICES.models), set(), True)[
+        -1
+    ].endswith("matched no card in this window")
 
 
 def test_a_glob_that_matched_no_card_is_a_warning_with_its_line() -> None:
@@ -256,8 +280,12 @@ def test_the_bill_adds_up_to_the_fleet_s_hours_times_their_prices(
     owner_seconds: dict[str, int] = defaultdict(int)
     unknown = 0
     for seconds, per_unit in ticks:
+        # The A100 on n2 is in MIG mode throughout: the whole card is priced, its uncarved
+        # 3/7 (a 1g and a 3g of 7 slices) as free.
+        total += Fraction(seconds, 3600) * Fraction(21, 10)
         for (_, model, profile), (s, owner) in zip(UNITS, per_unit, strict=True):
-            total += Fraction(seconds, 3600) * PRICE[(model, profile)]
+            if not profile:
+                total += Fraction(seconds, 3600) * PRICE[(model, profile)]
             if owner is not None:
                 owner_seconds[owner] += seconds
             elif s in ("held", "reserved-idle", "unknown"):

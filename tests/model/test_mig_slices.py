@@ -29,8 +29,11 @@ from gpuledger.model.prices import ModelPrice, Prices
         ("NVIDIA H100 80GB HBM3", "MIG 1g.10gb", Fraction(1, 7)),
         ("NVIDIA H200", "3g.71gb", Fraction(3, 7)),
         ("NVIDIA GH200 480GB", "2g.24gb", Fraction(2, 7)),
-        # A compute instance sharing its GPU instance: the GPU instance's slices.
-        ("NVIDIA A100-SXM4-40GB", "1c.3g.20gb", Fraction(3, 7)),
+        # A compute instance of a GPU instance: its own compute slices (the guide's
+        # "1c.3g.20gb" is one of the 3g instance's three), so three of them cost the 3g.
+        ("NVIDIA A100-SXM4-40GB", "1c.3g.20gb", Fraction(1, 7)),
+        ("NVIDIA A100-SXM4-40GB", "2c.3g.20gb", Fraction(2, 7)),
+        ("NVIDIA H100 80GB HBM3", "MIG 1c.4g.40gb", Fraction(1, 7)),
         ("NVIDIA A100-SXM4-40GB", "", Fraction(1)),
     ],
 )
@@ -45,6 +48,7 @@ def test_share_is_the_guides_fraction_of_sms(model: str, profile: str, share: Fr
         ("NVIDIA A30", "7g.80gb"),  # more slices than the card has
         ("NVIDIA A100-SXM4-40GB", "a.b"),  # not a profile name
         ("NVIDIA A100-SXM4-40GB", "0g.5gb"),
+        ("NVIDIA A100-SXM4-40GB", "4c.3g.20gb"),  # more compute slices than its instance
     ],
 )
 def test_no_share_is_made_up(model: str, profile: str) -> None:

@@ -89,8 +89,9 @@ def header(url: str, end: datetime, prices: bool) -> str:
     return (
         "gpuledger demo --report: a SIMULATED week, not this machine's GPUs.\n"
         f"  {iso_time(start)} to {iso_time(end)}, scraped every 60 s: 4 nodes x 8 GPUs\n"
-        "  (H100, A100 with a card in MIG mode, L40S), 12 jobs of 5 owners, a Nomad outage,\n"
-        "  a driver read failure and a controller restart without its history.\n"
+        "  (H100, A100 with a card in MIG mode, L40S), 12 jobs (11 of 5 owners, one with\n"
+        "  no owner meta: its namespace owns it), a Nomad outage, a driver read failure and a\n"
+        "  controller restart without its history.\n"
         f"  A fake Prometheus on {url} serves it;\n"
         f"  the report below is the real one, {priced}.\n\n"
     )

@@ -30,7 +30,7 @@ from gpuledger.collectors.prometheus import (
 from gpuledger.collectors.prometheus import check_url as check_prometheus_url
 from gpuledger.commands.options import OwnerOutputs, ReportFlags, ReportOutput
 from gpuledger.controller.clock import SystemClock
-from gpuledger.core.report_costs import build_bill, models_seen, price_warnings
+from gpuledger.core.report_costs import build_bill, models_seen, price_warnings, unnamed_hours
 from gpuledger.core.report_queries import (
     JOB_METRIC,
     STATE_METRIC,
@@ -124,7 +124,9 @@ def fetch_report(options: ReportOptions) -> tuple[Report, tuple[str, ...]]:
     warnings = (
         ()
         if options.prices is None
-        else price_warnings(options.prices, models_seen(jobs, states, migs))
+        else price_warnings(
+            options.prices, models_seen(jobs, states, migs), unnamed_hours(jobs, states, migs)
+        )
     )
     return replace(report, bill=bill), warnings
 

@@ -36,6 +36,7 @@ from gpuledger.errors import ConfigError
 from gpuledger.model.report_values import OwnerBill
 from gpuledger.model.text import excerpt
 from gpuledger.policy.owner_map import address, address_problem
+from gpuledger.views.table import printable
 
 TlsMode = Literal["starttls", "ssl", "none"]
 Status = Literal["would-send", "delivered", "refused", "not-sent", "unknown"]
@@ -425,9 +426,12 @@ def send_mails(
             finally:
                 _quit(client)
     for mail, outcome in zip(mails, outcomes, strict=True):
-        out.write(_line(outcome, excerpt(mail.subject, 200, quoted=False), settings.where) + "\n")
+        # The subject names the owner and the outcome may quote the server: both through the
+        # tables' filter, so an escape sequence in either is shown, not obeyed.
+        subject = excerpt(mail.subject, 200, quoted=False)
+        out.write(printable(_line(outcome, subject, settings.where)) + "\n")
     if error is not None:
-        out.write(f"error: {error}\n")
+        out.write(f"error: {printable(error)}\n")
     return MailResult(tuple(outcomes), error)
 
 

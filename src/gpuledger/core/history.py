@@ -99,10 +99,13 @@ def advance(
     if gpu_source is not None and gpu_source.failing:
         # The driver was not read: the GPUs it listed before are unknown, not gone. After a
         # gap too: their since-whens restart, but they keep their trails (and the downtime).
+        # Only the cards count the unknown seconds: a MIG instance's would be its card's a
+        # second time (priced at their shares on top of the whole card), so it counts none.
         for uuid, mark in history.gpus.items():
             if uuid not in gpus:
-                key = (uuid, GpuState.UNKNOWN)
-                state_seconds[key] = state_seconds.get(key, 0.0) + seconds
+                if not uuid.startswith("MIG-"):
+                    key = (uuid, GpuState.UNKNOWN)
+                    state_seconds[key] = state_seconds.get(key, 0.0) + seconds
                 gpus[uuid] = _unknown(marks.get(uuid), mark.alloc, at)
     if all_read:
         retired = {job for job, seen in job_seen.items() if at - seen > JOB_RETIREMENT}

@@ -63,6 +63,8 @@ class _Tally:
     )
     emails: dict[str, str] = field(default_factory=dict)
     """Each owner's address from a job's ``owner_email`` meta (the first sound one seen)."""
+    mig_cards: dict[Unit, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    """Seconds each (node, card model) spent in MIG mode: what its instances must add up to."""
 
 
 def _unit(labels: Mapping[str, str], mig: bool = False) -> Unit:
@@ -76,7 +78,9 @@ def _tally(
     for mig, samples in ((False, cards), (True, migs)):
         for s in samples:
             state = s.labels.get("state", "")
-            if state and state != _NOT_PRICED:
+            if state == _NOT_PRICED and not mig:
+                tally.mig_cards[_unit(s.labels)] += Fraction(s.value)
+            elif state and state != _NOT_PRICED:
                 line = state if state in (*RESERVED_STATES, *LINES) else "unknown"
                 tally.states[_unit(s.labels, mig)][line] += Fraction(s.value)
     for s in jobs:
@@ -108,7 +112,25 @@ def _lines(tally: _Tally) -> dict[str, dict[Unit, Fraction]]:
             seconds = states.get(line, Fraction(0)) + (uncharged if line == "unknown" else 0)
             if seconds:
                 lines[line][unit] = seconds
+    for card, seconds in _uncarved(tally).items():
+        lines["free"][card] = lines["free"].get(card, Fraction(0)) + seconds
     return lines
+
+
+def _uncarved(tally: _Tally) -> dict[Unit, Fraction]:
+    """Card-seconds of the slices of MIG cards that no instance held (nobody reserved them,
+    nothing ran there: ``free``): each (node, model)'s seconds in MIG mode less its instances'
+    seconds times their shares, never below 0 (``increase()`` extrapolates each series on its
+    own). An instance of no known share is left to ``unit_price``'s error."""
+    carved: dict[Unit, Fraction] = defaultdict(Fraction)
+    for (node, model, profile), states in tally.states.items():
+        share = mig_share(model, profile) if profile else None
+        if share is not None:
+            carved[(node, model, "")] += sum(states.values(), Fraction(0)) * share
+    left = {
+        card: seconds - carved.get(card, Fraction(0)) for card, seconds in tally.mig_cards.items()
+    }
+    return {card: seconds for card, seconds in left.items() if seconds > 0}
 
 
 def _where(prices: Prices) -> str:
@@ -191,10 +213,11 @@ def _priced(
 ) -> dict[object, int]:
     """Each job's and each line's cents, apportioned from their exact costs."""
     units = {u for per in tally.jobs.values() for u in per} | set(tally.states)
+    units |= set(lines["free"])  # a MIG card's uncarved slices
     price: dict[Unit, Fraction] = defaultdict(Fraction)  # a unit of no hours costs nothing
     for unit in sorted(units):
         states = tally.states.get(unit, {})
-        if tally.charged.get(unit) or any(states.values()):
+        if tally.charged.get(unit) or any(states.values()) or lines["free"].get(unit):
             price[unit] = unit_price(prices, unit)
     exact: dict[object, Fraction] = {
         job: _cost({u: sum(per.values(), Fraction(0)) for u, per in units_.items()}, price)
@@ -242,13 +265,26 @@ def models_seen(*answers: Iterable[Sample]) -> set[str]:
     return {s.labels["model"] for samples in answers for s in samples if s.labels.get("model")}
 
 
-def price_warnings(prices: Prices, models: set[str]) -> tuple[str, ...]:
+def price_warnings(prices: Prices, models: set[str], unnamed: bool = False) -> tuple[str, ...]:
     """One line per ``models`` glob that matched no card of the window (a typo, or a card not
-    in this window), ``FILE:LINE`` first."""
+    in this window), ``FILE:LINE`` first; with ``unnamed`` (counters without a ``model``
+    label had hours), a line saying those hours were priced at the default."""
     where = _where(prices)
-    return tuple(
+    lines = [
         f"{where}:{e.line}: the models glob {e.glob!r} matched no card in this window"
         if e.line
         else f"{where}: the models glob {e.glob!r} matched no card in this window"
         for e in prices.unmatched(models)
-    )
+    ]
+    if unnamed and prices.default is not None:
+        lines.append(
+            f"{where}: some hours were counted by a gpuledger from before its counters named "
+            f"the card (no model label): they are priced at the default, {prices.default}; a "
+            "window that starts after every node's upgrade prices each card by its model"
+        )
+    return tuple(lines)
+
+
+def unnamed_hours(*answers: Iterable[Sample]) -> bool:
+    """Whether a counter without a ``model`` label had hours in the window."""
+    return any(s.value > 0 and not s.labels.get("model") for a in answers for s in a)

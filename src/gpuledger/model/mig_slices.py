@@ -39,7 +39,7 @@ CARD_SLICES: tuple[tuple[re.Pattern[str], int], ...] = (
 )
 """(pattern on the card's name, its compute slices), first match wins."""
 
-_PROFILE = re.compile(r"^(?:MIG\s+)?(?:\d+c\.)?(\d+)g\.\d+gb\b", re.IGNORECASE)
+_PROFILE = re.compile(r"^(?:MIG\s+)?(?:(\d+)c\.)?(\d+)g\.\d+gb\b", re.IGNORECASE)
 
 
 def card_slices(model: str) -> int | None:
@@ -51,9 +51,17 @@ def card_slices(model: str) -> int | None:
 
 
 def profile_slices(profile: str) -> int | None:
-    """The compute slices of a MIG profile such as ``1g.10gb`` or ``MIG 3g.40gb``."""
+    """The compute slices of a MIG profile such as ``1g.10gb`` or ``MIG 3g.40gb``; of a compute
+    instance's profile (``1c.3g.40gb``: one compute slice of a 3g GPU instance) its own ``C``,
+    so that the compute instances of one GPU instance add up to it, never to more; ``None``
+    when the name is neither, or its ``C`` exceeds its ``N``."""
     found = _PROFILE.match(profile.strip())
-    return int(found.group(1)) if found else None
+    if found is None:
+        return None
+    compute, gpu_instance = found.group(1), int(found.group(2))
+    if compute is None:
+        return gpu_instance
+    return int(compute) if int(compute) <= gpu_instance else None
 
 
 def mig_share(model: str, profile: str) -> Fraction | None:
