@@ -216,3 +216,12 @@ def test_any_values_file_gives_jobs_or_a_usage_error(
     except UnicodeError:
         return
     rendered_or_refused([path], [], [])
+
+
+@pytest.mark.parametrize(
+    "line", ["fleet.killTimeout=99999999999999999999h", "node.interval=99999999999999999999h"]
+)
+def test_a_duration_past_the_longest_is_a_usage_error_naming_its_key(line: str) -> None:
+    # Found by the long profile: the schema's pattern takes it, the duration parser did not.
+    with pytest.raises(UsageError, match=rf"{line.partition('=')[0]}: .* is longer than"):
+        render_jobs(merged_values([], [], [line]))

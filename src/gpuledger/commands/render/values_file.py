@@ -278,7 +278,12 @@ def _beyond_schema(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     node, fleet, provider = values["node"], values["fleet"], values["service"]["provider"]
     for job in ("node", "fleet"):
         for key in ("interval", "killTimeout"):
-            if parse_duration(values[job][key]).total_seconds() == 0:
+            try:
+                span = parse_duration(values[job][key])
+            except ValueError as exc:  # the schema's pattern, but past the longest duration
+                yield f"{job}.{key}", str(exc)
+                return
+            if span.total_seconds() == 0:
                 yield f"{job}.{key}", "must be longer than 0s"
     if parse_duration(node["killTimeout"]) <= parse_duration(node["interval"]):
         yield (
