@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import integration.browser as chromium
 from gpuledger.cli import main
 from integration.prometheus_server import PrometheusServer, backfill
 from integration.report_history import WEEK, World, cluster, openmetrics
@@ -68,3 +70,9 @@ def report(
     out = io.StringIO()
     code = main(["report", "--prometheus", url, "--since", "7d", "--until", until, *args], out)
     return code, out.getvalue(), capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A real Chromium for the module's pages (``integration/browser.py``)."""
+    yield from chromium.browser()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,10 @@ import pytest
 
 import integration.browser as chromium
 from integration.prometheus_server import PrometheusServer
-from integration.report_fixtures import prometheus, report, week
+from integration.report_fixtures import browser, prometheus, report, week
 from tests.fakes.smtp_inbox import smtp_server
 
-__all__ = ["prometheus", "week"]  # the fixtures this module uses
+__all__ = ["browser", "prometheus", "week"]  # the fixtures this module uses
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 EXPECTED = {
@@ -96,11 +95,6 @@ def test_a_policy_s_notes_change_what_is_said(
         "carol  ml/batch-embed: held but below 70 % utilisation for 92 h",
         "alice  research/train-llm: ran on a GPU it did not reserve",
     ]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from chromium.browser()
 
 
 def test_the_split_pages_show_each_owner_s_jobs_and_notes(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -21,10 +20,10 @@ import pytest
 
 import integration.browser as chromium
 from integration.prometheus_server import PrometheusServer
-from integration.report_fixtures import Week, prometheus, report, week
+from integration.report_fixtures import Week, browser, prometheus, report, week
 from integration.report_history import HOUR, expected_model_seconds, expected_owners
 
-__all__ = ["prometheus", "week"]  # the fixtures this module uses
+__all__ = ["browser", "prometheus", "week"]  # the fixtures this module uses
 PRICE = {"NVIDIA H100 80GB HBM3": Fraction(4), "Tesla T4": Fraction(1)}
 
 
@@ -116,11 +115,6 @@ def test_the_bill_is_the_one_in_the_docs(
     shown = out.replace(prometheus.url, "http://prometheus:9090")
     page = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
     assert shown in page, "docs/report.md's bill is stale: paste this run's bill\n" + shown
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from chromium.browser()
 
 
 def test_the_bill_s_page_draws_a_bar_per_owner_and_line(
