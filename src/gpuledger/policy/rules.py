@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from gpuledger.model import Code, Level
+from gpuledger.model.actions import ActingRules, ActionRule
 from gpuledger.policy.note_rules import NoteRules
 
 MaxSessions = int | Literal["card"]
@@ -158,6 +159,11 @@ class Policy:
     source: str = "<built-in>"
     notes: NoteRules = field(default_factory=NoteRules)
     """The rules of ``report --notes`` (the policy's ``notes``)."""
+    actions: tuple[ActionRule, ...] = ()
+    """The policy's ``actions``, in file order (``model/actions.py``); none: the fleet plans
+    nothing."""
+    acting: ActingRules = field(default_factory=ActingRules)
+    """The policy's ``acting`` block: the overall rate limit and exclusions."""
     _resolved: dict[tuple[Code, str, str | None, str | None, str | None], Rule] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )

@@ -1,0 +1,160 @@
+"""Acting on drift, as values: the policy's actions, the plan the fleet makes of them, the acts
+done and the audit that records both.
+
+Nothing here acts: the policy loads ``ActionRule`` values (``policy/actions_load.py``), the pure
+planner turns the fleet's findings and Nomad's answers into ``PlannedAct`` values
+(``core/act_plan.py``), and only the fleet controller's actor, holding Nomad's Variable lock,
+turns a due act into a request to Nomad (``controller/actor.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from gpuledger.model.values import Code
+
+
+class Act(str, enum.Enum):
+    """What gpuledger may do on a finding, each through Nomad's own API."""
+
+    SCALE_DOWN = "scale-down"
+    """``POST /v1/job/:id/scale``: the task group's count lowered by one (gives a GPU back)."""
+    STOP_ALLOCATION = "stop-allocation"
+    """``POST /v1/allocation/:id/stop``: Nomad reschedules it by the job's policy."""
+    NODE_INELIGIBLE = "node-ineligible"
+    """``POST /v1/node/:id/eligibility``: no new work on the node; what runs keeps running."""
+
+
+ACTS_FOR: Mapping[Code, frozenset[Act]] = {
+    Code.RESERVED_IDLE: frozenset({Act.SCALE_DOWN}),
+    Code.HELD_IDLE: frozenset({Act.SCALE_DOWN}),
+    Code.UNRESERVED_TENANT: frozenset({Act.STOP_ALLOCATION}),
+    Code.GPU_UNHEALTHY: frozenset({Act.NODE_INELIGIBLE}),
+}
+"""The acts each finding code can take; a code absent here takes ``notify`` only."""
+
+DEFAULT_GRACE = timedelta(hours=2)
+"""An action's ``after`` when it sets none: the grace from the finding's ``since``."""
+
+ACTOR_LOCK_PATH = "nomad/jobs/gpuledger-fleet/actor"
+"""The Nomad Variable whose lock makes one fleet controller the actor (``--act-lock``)."""
+
+
+class ActMode(str, enum.Enum):
+    """``fleet serve --act``: what the fleet does with its actions."""
+
+    OFF = "off"
+    """No actions configured, or ``--act off``: nothing planned."""
+    PLAN = "plan"
+    """The default when actions are configured: planned, shown and audited, never done."""
+    APPLY = "apply"
+    """Due acts are done by the holder of the actor lock."""
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    """Globs (``fnmatchcase``) on namespace, job and owner: a match is never acted on."""
+
+    namespaces: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()
+    owners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ActionRule:
+    """One entry of the policy's ``actions``: on a finding code (where its globs match), notify,
+    then after the grace the act (``None``: notify only)."""
+
+    on: Code
+    act: Act | None
+    notify: bool = False
+    webhook: str | None = None
+    """A URL the notice is POSTed to besides the alert routes (``None``: the routes only)."""
+    after: timedelta = DEFAULT_GRACE
+    where: Mapping[str, str] = field(default_factory=dict)
+    """The policy's own match keys (``node``, ``namespace``, ``job``): globs; absent matches all."""
+    exclude: Exclusions = field(default_factory=Exclusions)
+    min: int = 0
+    """``scale-down``: the count a group is never scaled below."""
+    max_per_hour: int | None = None
+    """At most this many acts of this rule in any hour (``None``: only the overall limit)."""
+    line: int = 0
+    """Where the entry starts in its file (0: not from a file)."""
+
+
+@dataclass(frozen=True)
+class ActingRules:
+    """The policy's ``acting`` block: what holds for every action."""
+
+    max_per_hour: int = 10
+    """At most this many acts in any hour, all actions together."""
+    exclude: Exclusions = field(default_factory=Exclusions)
+
+
+class PlanState(str, enum.Enum):
+    """Where a planned act stands."""
+
+    WAITING = "waiting"
+    """In its grace: due at ``due``."""
+    DUE = "due"
+    """Past its grace: done at the next sweep with ``--act apply`` by the lock's holder."""
+    HELD = "held"
+    """Held by its owner (``gpuledger.keep-until``), an exclusion, the group's ``min`` or a rate
+    limit: ``why`` says which."""
+    REFUSED = "refused"
+    """Nomad cannot take it (a missing capability, a version, an act that cannot apply)."""
+    DONE = "done"
+    """Done, and Nomad's answer recorded."""
+
+
+@dataclass(frozen=True)
+class ActTarget:
+    """What an act is done to, as Nomad names it."""
+
+    node_id: str | None = None
+    node: str | None = None
+    namespace: str | None = None
+    job: str | None = None
+    group: str | None = None
+    alloc: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedAct:
+    """One act of the plan: what, to what, why, when, and where it stands."""
+
+    key: str
+    """Stable across sweeps and restarts: the act and its target (never a PID)."""
+    act: Act
+    target: ActTarget
+    code: Code
+    finding: str
+    """The finding's message."""
+    since: datetime | None
+    due: datetime | None
+    state: PlanState
+    why: str
+    """One sentence: why this state (the grace left, who holds it, what Nomad said)."""
+    rule_line: int = 0
+    index: int | None = None
+    """The index it was planned against where Nomad takes one (``EnforceIndex`` on scale)."""
+    count: tuple[int, int] | None = None
+    """``scale-down``: the group's count now and after."""
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One line of the audit: a plan change or an act, with Nomad's answer."""
+
+    at: datetime
+    event: str
+    """``plan.added``, ``plan.changed``, ``plan.dropped``, ``act.done``, ``act.failed``,
+    ``act.skipped``, ``lock.acquired``, ``lock.lost``, ``lock.released``."""
+    actor: str
+    """Who: the fleet controller's instance id."""
+    act: PlannedAct | None = None
+    answer: str | None = None
+    """Nomad's answer, short: its status and body, or what it returned."""
