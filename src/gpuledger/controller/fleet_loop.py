@@ -27,6 +27,7 @@ import structlog
 
 from gpuledger.collectors.client_tls import TlsSettings
 from gpuledger.collectors.ledgers import LedgerAnswer, LedgerReader
+from gpuledger.controller.actor import Actor
 from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.core.fleet_bounds import merge_targets
 from gpuledger.core.fleet_join import (
@@ -46,12 +47,14 @@ from gpuledger.errors import (
     SourceName,
 )
 from gpuledger.model import SourceStatus
+from gpuledger.model.actions import ActingStatus
 from gpuledger.model.contract import iso_time
 from gpuledger.model.contract_read import load_document, parse_ledger, parse_time, schema_of
 from gpuledger.model.fleet_values import (
     ClusterDesired,
     ClusterNode,
     ControllerRead,
+    Fleet,
     NodeStatus,
     Target,
 )
@@ -126,8 +129,11 @@ class FleetController:
         interval: timedelta | None = None,
         policy_path: Path | None = None,
         clock: Clock | None = None,
+        actor: Actor | None = None,
     ) -> None:
         self.config, self.policy, self.interval = config, policy, interval
+        self.actor = actor
+        """Plans the policy's actions after each sweep, and acts with ``--act apply``."""
         self.policy_path = policy_path
         self.clock: Clock = clock or SystemClock()
         self.snapshot: FleetSnapshot | None = None
@@ -167,9 +173,11 @@ class FleetController:
         fleet = reconcile_fleet(at, self.policy, desired, discovery, reads, self.config.shard)
         if self._opened is not None:
             fleet, self._opened = date_findings(fleet, self._opened)
+        acting = await self._act(fleet)
         snapshot = FleetSnapshot(
-            fleet, self.clock.monotonic() - started, self.interval, self.node_errors, watches
-        )
+            fleet, self.clock.monotonic() - started, self.interval, self.node_errors, watches,
+            acting,
+        )  # fmt: skip
         self.snapshot = snapshot  # one attribute swap: readers see the old or the new, whole
         log.info(
             "fleet.sweep_finished",
@@ -179,6 +187,17 @@ class FleetController:
             worst=fleet.worst.name,
         )
         return snapshot
+
+    async def _act(self, fleet: Fleet) -> ActingStatus | None:
+        """The actor's step on this sweep's fleet (its reads and acts in a thread); a bug is
+        logged and costs the plan of this sweep only."""
+        if self.actor is None:
+            return None
+        try:
+            return await asyncio.to_thread(self.actor.step, fleet, self.policy)
+        except Exception as exc:  # the sweep must outlive a bug of the actor's
+            log.exception("actions.step_crashed", error=text_of(repr(exc)))
+            return None
 
     async def _discover(self) -> Discovery:
         source = self.config.discovery

@@ -158,3 +158,102 @@ class AuditEvent:
     act: PlannedAct | None = None
     answer: str | None = None
     """Nomad's answer, short: its status and body, or what it returned."""
+
+
+# --------------------------------------------------------------------------- what Nomad says
+
+KEEP_UNTIL = "gpuledger.keep-until"
+"""The job meta key an owner sets (an instant) to hold every act on their job until then."""
+
+TERMINAL_DESIRED = frozenset({"stop", "evict"})
+"""An allocation's ``DesiredStatus`` once Nomad has been told to stop it."""
+TERMINAL_CLIENT = frozenset({"complete", "failed", "lost"})
+"""An allocation's ``ClientStatus`` once it no longer runs."""
+
+
+@dataclass(frozen=True)
+class AllocFacts:
+    """One allocation as Nomad answers it (``/v1/allocation/:id``, ``/v1/job/:id/allocations``)."""
+
+    id: str
+    namespace: str
+    job: str
+    group: str
+    node_id: str
+    desired: str
+    """``DesiredStatus``: ``run``, ``stop`` or ``evict``."""
+    client: str
+    """``ClientStatus``: ``pending``, ``running``, ``complete``, ``failed``, ``lost``."""
+    name_index: int | None = None
+    """The ``N`` of its name ``job.group[N]``: Nomad stops the highest first on a scale-down."""
+    gpus: frozenset[str] = frozenset()
+    """The ``nvidia/gpu`` device IDs Nomad gave it (``AllocatedResources``); empty: not told."""
+
+    @property
+    def stopping(self) -> bool:
+        """Whether Nomad has been told to stop it, or it no longer runs."""
+        return self.desired in TERMINAL_DESIRED or self.client in TERMINAL_CLIENT
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """One job as Nomad answers it (``/v1/job/:id`` and its allocations)."""
+
+    namespace: str
+    job: str
+    modify_index: int
+    """``JobModifyIndex``: what a scale is planned against (the job changed since: re-planned)."""
+    counts: Mapping[str, int]
+    """Each task group's ``Count``."""
+    meta: Mapping[str, str]
+    """The job's meta (``gpuledger.keep-until``, the owner keys)."""
+    group_meta: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    allocs: tuple[AllocFacts, ...] = ()
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class NomadFacts:
+    """What Nomad answered, at one sweep, about what the plan's candidates name. A value that is
+    a ``str`` is why it could not be read: nothing is acted on from a failed read."""
+
+    jobs: Mapping[tuple[str, str], JobFacts | str] = field(default_factory=dict)
+    allocs: Mapping[str, AllocFacts | str | None] = field(default_factory=dict)
+    """``None``: Nomad has no such allocation (404)."""
+    version: tuple[int, ...] | str | None = None
+    """Nomad's version, or why it could not be read; ``None``: not asked."""
+
+
+# --------------------------------------------------------------------------- what is shown
+
+
+@dataclass(frozen=True)
+class LockView:
+    """Where the actor lock stands, as the fleet last saw it."""
+
+    path: str
+    held: bool
+    """Whether this replica holds it (and renewed it within its TTL)."""
+    holder: str | None = None
+    """Who holds it, when Nomad said (this replica's identity when ``held``)."""
+    since: datetime | None = None
+    error: str | None = None
+    """Why it is not held, when something failed (Nomad's answer, a version without locks)."""
+
+
+@dataclass(frozen=True)
+class ActingStatus:
+    """The fleet's acting, as of one sweep: what ``/fleet``, the page and ``/metrics`` show."""
+
+    mode: ActMode
+    actor: str
+    """This replica's identity (what the lock's ``holder`` names)."""
+    plan: tuple[PlannedAct, ...] = ()
+    lock: LockView | None = None
+    """``None``: ``--act plan``, where no lock is taken."""
+    recent: tuple[AuditEvent, ...] = ()
+    """The last audit events, newest last."""
+    acts: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """Acts tried since start, by (action, result): ``gpuledger_actions_total``."""
+    audit_error: str | None = None
+    """Why the audit could not be written at the last event, if it could not."""

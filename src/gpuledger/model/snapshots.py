@@ -12,6 +12,8 @@ from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.values import Ledger
 
 if TYPE_CHECKING:
+    from gpuledger.model.actions import ActingStatus
+
     # A node controller never loads the fleet's model: only the fleet builds a FleetSnapshot.
     from gpuledger.model.fleet_values import Fleet
 
@@ -73,6 +75,8 @@ class FleetSnapshot:
     that node only): ``gpuledger_fleet_node_errors_total``."""
     watches: tuple[FleetWatchStats, ...] = ()
     """The watches on Nomad (``fleet serve``), as the sweep began."""
+    acting: ActingStatus | None = None
+    """The actor's plan and acts of this sweep; ``None``: no actions configured."""
 
     def problems(self, now: datetime) -> list[str]:
         """What keeps the fleet controller from being healthy, one line each."""

@@ -1,0 +1,10 @@
+"""The actuators: what acts on the cluster, only ever for the fleet's actor (``controller/actor``)
+and only through Nomad's own API. Its modules:
+
+- ``nomad_acts``: the plan's reads (an allocation, a job, Nomad's version) and the three acts
+  (scale a task group down, stop an allocation, mark a node ineligible), each answering an
+  ``Outcome``;
+- ``actor_lock``: the Nomad Variable lock whose holder alone acts (acquire, renew, release);
+- ``audit_log``: the audit: JSON lines appended to a file that survives restarts, and a
+  Variable per day where Nomad has them.
+"""

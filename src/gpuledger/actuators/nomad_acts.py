@@ -1,0 +1,291 @@
+"""The actor's Nomad: what the plan reads (an allocation, a job and its allocations, Nomad's
+version) and the three acts, each through Nomad's own endpoint and its own checks.
+
+- ``scale-down``: ``POST /v1/job/:id/scale`` with the task group's count lowered by one and the
+  ``JobModifyIndex`` it was planned against (Nomad 1.9 and later refuse it when the job changed
+  since; before, the index is ignored, which is why the plan refuses scaling there); capability
+  ``scale-job`` (or ``submit-job``) in the job's namespace.
+- ``stop-allocation``: ``POST /v1/allocation/:id/stop``; Nomad reschedules the allocation by
+  the job's policy (it never gives a GPU back by itself); capability ``alloc-lifecycle``.
+- ``node-ineligible``: ``POST /v1/node/:id/eligibility`` with ``ineligible``; what runs keeps
+  running (never a drain); ``node { policy = "write" }``.
+
+A read that fails is a ``SourceError`` (the plan holds the act that needed it). An act answers
+an ``Outcome``: done, refused (a 4xx: the capability it lacks named, with the shipped policy
+file), changed (a 409: re-planned at the next sweep) or failed (5xx, transport: tried again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import nomad.api.exceptions as nomad_errors
+import requests
+from nomad.api.base import Requester
+
+from gpuledger.collectors.nomad_transport import CALL_ERRORS, Call, NomadApi, NomadSettings
+from gpuledger.model.actions import AllocFacts, JobFacts
+from gpuledger.model.text import excerpt, is_text, text_of
+
+ACT_POLICY = "deploy/nomad/gpuledger-act.policy.hcl"
+"""The ACL policy shipped for the actor: every capability the acts and the lock need."""
+_NAME_INDEX = re.compile(r"\[(\d+)\]$")
+
+
+class _Raw(Requester):  # type: ignore[misc]
+    """A python-nomad endpoint for the calls it has no method for (scale, locks)."""
+
+    ENDPOINT = ""
+
+
+class Result(str, enum.Enum):
+    """How an act ended."""
+
+    DONE = "done"
+    REFUSED = "refused"
+    CHANGED = "changed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What Nomad answered an act."""
+
+    result: Result
+    status: int | None
+    answer: str
+    """Nomad's answer, short and printable (its evaluation, or its error and the fix)."""
+    body: bytes = b""
+    """The answer's body as it came (the first 64 KiB), for the caller that reads it."""
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) and is_text(value) else ""
+
+
+def _meta(value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _gpus(doc: Mapping[str, Any]) -> frozenset[str]:
+    """The ``nvidia``/``gpu`` device IDs of an allocation's ``AllocatedResources``."""
+    found: set[str] = set()
+    tasks = (doc.get("AllocatedResources") or {}).get("Tasks") or {}
+    for task in tasks.values() if isinstance(tasks, Mapping) else ():
+        for device in (task or {}).get("Devices") or ():
+            if (
+                isinstance(device, Mapping)
+                and device.get("Vendor") == "nvidia"
+                and (device.get("Type") == "gpu")
+            ):
+                found.update(i for i in device.get("DeviceIDs") or () if isinstance(i, str))
+    return frozenset(found)
+
+
+def parse_alloc(doc: object) -> AllocFacts:
+    """One allocation of Nomad's answer; ``ValueError`` for what is not one."""
+    if not isinstance(doc, Mapping) or not _text(doc.get("ID")):
+        raise ValueError("an allocation without an ID")
+    name = _NAME_INDEX.search(_text(doc.get("Name")))
+    return AllocFacts(
+        id=_text(doc["ID"]),
+        namespace=_text(doc.get("Namespace")) or "default",
+        job=_text(doc.get("JobID")),
+        group=_text(doc.get("TaskGroup")),
+        node_id=_text(doc.get("NodeID")),
+        desired=_text(doc.get("DesiredStatus")),
+        client=_text(doc.get("ClientStatus")),
+        name_index=int(name.group(1)) if name else None,
+        gpus=_gpus(doc),
+    )
+
+
+def parse_job(doc: object, allocs: Any) -> JobFacts:
+    """A job of Nomad's answer, with its allocations; ``ValueError`` for what is not one."""
+    if not isinstance(doc, Mapping) or not _text(doc.get("ID")):
+        raise ValueError("a job without an ID")
+    index = doc.get("JobModifyIndex")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise ValueError("a job without a JobModifyIndex")
+    counts: dict[str, int] = {}
+    group_meta: dict[str, dict[str, str]] = {}
+    for group in doc.get("TaskGroups") or ():
+        if isinstance(group, Mapping) and _text(group.get("Name")):
+            count = group.get("Count")
+            if isinstance(count, int) and not isinstance(count, bool):
+                counts[group["Name"]] = count
+            group_meta[group["Name"]] = _meta(group.get("Meta"))
+    return JobFacts(
+        namespace=_text(doc.get("Namespace")) or "default",
+        job=_text(doc["ID"]),
+        modify_index=index,
+        counts=counts,
+        meta=_meta(doc.get("Meta")),
+        group_meta=group_meta,
+        allocs=tuple(parse_alloc(a) for a in allocs if isinstance(a, Mapping))
+        if isinstance(allocs, list)
+        else (),
+        stopped=doc.get("Stop") is True,
+    )
+
+
+def parse_version(doc: object) -> tuple[int, ...]:
+    """Nomad's version from ``/v1/agent/self``: the member's ``build`` tag, else the config's."""
+    member = doc.get("member") if isinstance(doc, Mapping) else None
+    tags = member.get("Tags") if isinstance(member, Mapping) else None
+    text = tags.get("build") if isinstance(tags, Mapping) else None
+    if not isinstance(text, str):
+        config = doc.get("config") if isinstance(doc, Mapping) else None
+        version = config.get("Version") if isinstance(config, Mapping) else None
+        text = version.get("Version") if isinstance(version, Mapping) else None
+    if not isinstance(text, str) or not re.match(r"^\d+\.\d+", text):
+        raise ValueError("no version in /v1/agent/self")
+    core = re.split(r"[-+ ]", text, maxsplit=1)[0]
+    return tuple(int(p) for p in core.split(".") if p.isdigit())
+
+
+class NomadActs(NomadApi):
+    """The actor's session to Nomad: the plan's reads and the acts."""
+
+    def __init__(self, settings: NomadSettings) -> None:
+        """Prepare the session; ``ConfigError`` if a file the settings name cannot be read."""
+        super().__init__(settings)
+        self._raw = self._requester(_Raw(**self._client.requester_settings))
+
+    # ---------------------------------------------------------------- reads
+
+    def get(
+        self,
+        path: str,
+        capability: str,
+        params: Mapping[str, str] | None = None,
+        missing_ok: bool = False,
+    ) -> Any:
+        """The JSON of ``GET path``; ``None`` for a 404 when ``missing_ok``."""
+        self._refresh_token()
+        call = Call(path, capability, f"grant the token {capability}, as {ACT_POLICY} does")
+        try:
+            with self._quiet():
+                response = self._raw.request(
+                    path.lstrip("/"), method="get", params=dict(params or {})
+                )
+        except nomad_errors.URLNotFoundNomadException:
+            if missing_ok:
+                return None
+            raise self._error(f"GET {path} answered 404: Nomad has no such object", "") from None
+        except CALL_ERRORS as err:
+            raise self._failure(call, err) from None
+        return self._call(call, response.json)
+
+    def allocation(self, alloc_id: str) -> AllocFacts | None:
+        """The allocation, or ``None`` when Nomad has none of that ID (404)."""
+        path = f"/v1/allocation/{quote(alloc_id, safe='')}"
+        doc = self.get(path, "read-job", missing_ok=True)
+        return None if doc is None else self._parsed(path, lambda: parse_alloc(doc))
+
+    def job(self, namespace: str, job: str) -> JobFacts:
+        """The job and its allocations."""
+        base = f"/v1/job/{quote(job, safe='')}"
+        params = {"namespace": namespace}
+        doc = self.get(base, "read-job", params)
+        allocs = self.get(f"{base}/allocations", "read-job", params)
+        facts: JobFacts = self._parsed(base, lambda: parse_job(doc, allocs))
+        return facts
+
+    def version(self) -> tuple[int, ...]:
+        """The Nomad agent's version (``/v1/agent/self``, ``agent:read``)."""
+        doc = self.get("/v1/agent/self", 'agent { policy = "read" }')
+        version: tuple[int, ...] = self._parsed("/v1/agent/self", lambda: parse_version(doc))
+        return version
+
+    def _parsed(self, path: str, parse: Any) -> Any:
+        try:
+            return parse()
+        except (ValueError, TypeError, AttributeError) as err:
+            raise self._error(f"GET {path} answered what is not Nomad's ({err})", "") from None
+
+    # ---------------------------------------------------------------- acts
+
+    def scale(
+        self, namespace: str, job: str, group: str, count: int, index: int, message: str
+    ) -> Outcome:
+        """Set ``group``'s count, only if the job is still at ``index`` (Nomad 1.9+)."""
+        body = {
+            "Count": count,
+            "Target": {"Namespace": namespace, "Job": job, "Group": group},
+            "Message": message,
+            "Meta": {"gpuledger": "scale-down"},
+            "JobModifyIndex": index,
+            "EnforceIndex": True,
+            "PolicyOverride": False,
+        }
+        path = f"v1/job/{quote(job, safe='')}/scale"
+        return self._act(path, body, {"namespace": namespace}, "scale-job (or submit-job)")
+
+    def stop_allocation(self, namespace: str, alloc_id: str) -> Outcome:
+        """Stop the allocation: Nomad reschedules it by its job's policy."""
+        path = f"v1/allocation/{quote(alloc_id, safe='')}/stop"
+        return self._act(path, None, {"namespace": namespace}, "alloc-lifecycle")
+
+    def set_ineligible(self, node_id: str) -> Outcome:
+        """Mark the node ineligible: no new placements; what runs keeps running."""
+        path = f"v1/node/{quote(node_id, safe='')}/eligibility"
+        body = {"NodeID": node_id, "Eligibility": "ineligible"}
+        return self._act(path, body, {}, 'node { policy = "write" }')
+
+    def put(
+        self, path: str, body: Mapping[str, Any], params: Mapping[str, str], capability: str
+    ) -> Outcome:
+        """A ``PUT`` (Variables and their locks), answered as an act's ``Outcome``."""
+        return self._act(path, body, params, capability, method="put")
+
+    def _act(
+        self,
+        path: str,
+        body: Mapping[str, Any] | None,
+        params: Mapping[str, str],
+        capability: str,
+        method: str = "post",
+    ) -> Outcome:
+        self._refresh_token()
+        try:
+            with self._quiet():
+                response = self._raw.request(path, method=method, params=dict(params), json=body)
+        except nomad_errors.BaseNomadException as err:
+            return self._refusal(err.nomad_resp, capability)
+        except CALL_ERRORS as err:
+            return Outcome(Result.FAILED, None, self._redact(excerpt(text_of(str(err)), 160)))
+        content = response.content[:65536]
+        return Outcome(Result.DONE, response.status_code, _short(content), content)
+
+    def _refusal(self, resp: object, capability: str) -> Outcome:
+        if not isinstance(resp, requests.Response):
+            why = excerpt(text_of(str(resp)), 160, quoted=False)
+            return Outcome(Result.FAILED, None, self._redact(f"Nomad is unreachable ({why})"))
+        status, said = resp.status_code, _short(resp.content)
+        if status == 403:
+            why = f"403 {said}: the token lacks {capability}; grant it as {ACT_POLICY} does"
+            return Outcome(Result.REFUSED, status, self._redact(why))
+        if status == 409:
+            return Outcome(Result.CHANGED, status, self._redact(f"409 {said}"))
+        if 400 <= status < 500:
+            return Outcome(Result.REFUSED, status, self._redact(f"{status} {said}"))
+        return Outcome(Result.FAILED, status, self._redact(f"{status} {said}"))
+
+
+def _short(body: bytes) -> str:
+    """An answer's body as one short printable line (JSON compacted)."""
+    text = body[:2000].decode("utf-8", "replace").strip()
+    with contextlib.suppress(ValueError, RecursionError):
+        text = json.dumps(json.loads(text), separators=(",", ":"), sort_keys=True)
+    shown = "".join(c if c.isprintable() else "\ufffd" for c in text)
+    return excerpt(shown, 200, quoted=False) if shown else "no body"

@@ -1,0 +1,299 @@
+"""The fleet's actor: after each sweep, the plan of the policy's actions, and with ``--act
+apply``, by the holder of Nomad's Variable lock only, the acts that are due.
+
+Nobody is surprised, by construction:
+
+- off unless asked: with no actions in the policy nothing is planned; with actions and no
+  ``--act apply`` the plan is shown and audited, and nothing is sent to Nomad but reads;
+- a plan before any act: an act is done only when the plan published at the sweep before
+  already had it due, against the same Nomad index — so every act was on ``/fleet``, the page
+  and ``/metrics`` at least one sweep before it was done, and a jump of the clock cannot make
+  an act due and done in one sweep;
+- one actor: only while this replica holds the lock and renewed it within its TTL (by its own
+  monotonic clock, checked before every act), kept by a thread of its own between sweeps;
+- Nomad's own checks: a scale carries the job index it was planned against; an act Nomad
+  answers 409 is re-planned at the next sweep; a refusal is recorded with the capability;
+- written down: every plan change and every act, before it is sent and with Nomad's answer,
+  to the audit (``actuators/audit_log.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import structlog
+
+from gpuledger.actuators.actor_lock import ActorLock
+from gpuledger.actuators.audit_log import AuditLog
+from gpuledger.actuators.nomad_acts import NomadActs, Outcome, Result
+from gpuledger.controller.clock import Clock
+from gpuledger.core.act_plan import RECENT, Candidate, Done, candidates, plan_acts, wanted
+from gpuledger.errors import SourceError
+from gpuledger.model.actions import (
+    Act,
+    ActingStatus,
+    ActMode,
+    AllocFacts,
+    AuditEvent,
+    JobFacts,
+    LockView,
+    NomadFacts,
+    PlannedAct,
+    PlanState,
+)
+from gpuledger.model.fleet_values import Fleet
+from gpuledger.model.owners import DEFAULT_OWNER_KEYS
+from gpuledger.model.text import excerpt, text_of
+from gpuledger.policy.rules import Policy
+
+log = structlog.get_logger("gpuledger.actions")
+
+VERSION_KEPT = timedelta(minutes=10)
+"""How long Nomad's version, once read, is trusted before it is read again."""
+RECENT_EVENTS = 20
+
+
+@dataclass(frozen=True)
+class ActConfig:
+    """``fleet serve --act …``: what the actor does, and how it holds the lock."""
+
+    mode: ActMode
+    identity: str
+    audit_file: Path | None = None
+    lock_path: str = "nomad/jobs/gpuledger-fleet/actor"
+    lock_namespace: str = "default"
+    lock_ttl: timedelta = timedelta(seconds=15)
+    lock_delay: timedelta = timedelta(seconds=15)
+    owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS
+
+
+class LockKeeper:
+    """Holds the actor lock between sweeps: renews every third of its TTL on its own thread
+    (and session), and releases it at shutdown."""
+
+    def __init__(self, lock: ActorLock) -> None:
+        self.lock = lock
+        self._stop = threading.Event()
+        self._mutex = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="actor-lock", daemon=True)
+
+    def start(self) -> None:
+        """Begin holding (the first try at once)."""
+        self._thread.start()
+
+    def _run(self) -> None:
+        period = max(self.lock.ttl.total_seconds() / 3, 0.2)
+        while not self._stop.is_set():
+            self.hold()
+            self._stop.wait(period)
+
+    def hold(self) -> LockView:
+        """Renew or acquire now; the state after."""
+        with self._mutex:
+            try:
+                before = self.lock.state.held
+                state = self.lock.hold()
+            except Exception as exc:  # the keeper must outlive a bug: the lock is then not trusted
+                log.exception("lock.failed", error=text_of(repr(exc)))
+                return self.lock.state
+        if state.held != before:
+            log.info("lock.acquired" if state.held else "lock.lost", path=state.path,
+                     holder=state.holder, error=state.error)  # fmt: skip
+        return state
+
+    def trusted(self) -> bool:
+        """Whether this replica may act now."""
+        with self._mutex:
+            return self.lock.trusted()
+
+    def stop(self) -> None:
+        """Stop renewing and give the lock back."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        with self._mutex:
+            try:
+                self.lock.release()
+            except Exception as exc:  # at shutdown: Nomad may be gone; the TTL frees it
+                log.warning("lock.release_failed", error=text_of(repr(exc)))
+
+
+class Actor:
+    """Plans after every sweep; acts with ``apply`` while ``keeper`` holds the lock."""
+
+    def __init__(
+        self,
+        config: ActConfig,
+        acts: NomadActs | None,
+        audit: AuditLog,
+        clock: Clock,
+        keeper: LockKeeper | None = None,
+    ) -> None:
+        self.config, self._acts, self.audit, self.clock = config, acts, audit, clock
+        self.keeper = keeper
+        self._previous: dict[str, PlannedAct] = {}
+        self._recent: deque[AuditEvent] = deque(maxlen=RECENT_EVENTS)
+        self._tried: Counter[tuple[str, str]] = Counter()
+        self._version: tuple[tuple[int, ...] | str, float] | None = None
+        self._done: list[Done] = self._done_before()
+
+    def _done_before(self) -> list[Done]:
+        """The acts the audit says were done in the last hour (before a restart)."""
+        since = self.clock.now() - RECENT
+        done = []
+        for event in self.audit.events(since):
+            self._recent.append(event)
+            if event.event == "act.done" and event.act is not None:
+                done.append(Done(event.act.key, event.at, event.act.rule_line))
+        return done
+
+    # ---------------------------------------------------------------- one sweep
+
+    def step(self, fleet: Fleet, policy: Policy) -> ActingStatus:
+        """Plan, audit the plan's changes, and act on what is due (``apply``, lock held)."""
+        now = self.clock.now()
+        found = candidates(fleet, policy.actions)
+        facts = self._facts(found)
+        plan = plan_acts(found, facts, policy.acting, self.config.owner_keys, now, self._done)
+        self._audit_changes(plan, now)
+        previous, lock = self._previous, None
+        if self.config.mode is ActMode.APPLY and self.keeper is not None:
+            lock = self.keeper.lock.state
+            plan = tuple(self._apply(p, previous.get(p.key)) for p in plan)
+        self._previous = {p.key: p for p in plan}
+        return ActingStatus(
+            mode=self.config.mode,
+            actor=self.config.identity,
+            plan=plan,
+            lock=self.keeper.lock.state if self.keeper is not None else lock,
+            recent=tuple(self._recent),
+            acts=dict(self._tried),
+            audit_error=self.audit.failing,
+        )
+
+    def _facts(self, found: Sequence[Candidate]) -> NomadFacts:
+        """What Nomad says of what ``found`` names; a failed read is kept as its reason."""
+        allocs_wanted, jobs_wanted = wanted(found)
+        nomad = self._acts
+        if nomad is None:
+            off = "Nomad is off (--no-nomad)"
+            return NomadFacts(
+                dict.fromkeys(jobs_wanted, off), dict.fromkeys(allocs_wanted, off), off
+            )
+        allocs: dict[str, AllocFacts | str | None] = {}
+        for alloc_id in sorted(allocs_wanted):
+            got = self._read(lambda a=alloc_id: nomad.allocation(a))  # type: ignore[misc]
+            allocs[alloc_id] = got if got is None or isinstance(got, AllocFacts | str) else "?"
+        jobs: dict[tuple[str, str], JobFacts | str] = {}
+        for ns, job in sorted(jobs_wanted):
+            read = self._read(lambda n=ns, j=job: nomad.job(n, j))  # type: ignore[misc]
+            jobs[(ns, job)] = read if isinstance(read, JobFacts | str) else "not read"
+        scales = any(c.rule.act is Act.SCALE_DOWN for c in found)
+        return NomadFacts(jobs, allocs, self._nomad_version(nomad) if scales else None)
+
+    @staticmethod
+    def _read(read: Callable[[], object]) -> object:
+        try:
+            return read()
+        except SourceError as err:
+            return err.message
+        except Exception as exc:  # a bug in reading one answer costs that act only
+            log.exception("actions.read_failed", error=text_of(repr(exc)))
+            return f"answered what gpuledger could not read ({type(exc).__name__})"
+
+    def _nomad_version(self, nomad: NomadActs) -> tuple[int, ...] | str:
+        kept, mono = self._version, self.clock.monotonic()
+        fresh = kept is not None and mono - kept[1] < VERSION_KEPT.total_seconds()
+        if kept is not None and fresh and not isinstance(kept[0], str):
+            return kept[0]
+        read = self._read(nomad.version)
+        version: tuple[int, ...] | str = read if isinstance(read, tuple | str) else "not read"
+        self._version = (version, mono)
+        return version
+
+    # ---------------------------------------------------------------- audit
+
+    def _record(self, event: str, act: PlannedAct | None, answer: str | None = None) -> None:
+        happened = AuditEvent(self.clock.now(), event, self.config.identity, act, answer)
+        self._recent.append(happened)
+        self.audit.append(happened)
+
+    def _audit_changes(self, plan: Sequence[PlannedAct], now: datetime) -> None:
+        """``plan.added``, ``plan.changed`` (its state) and ``plan.dropped`` (its finding
+        cleared, or Nomad's answer no longer asks it) against the sweep before."""
+        keys = set()
+        for p in plan:
+            keys.add(p.key)
+            before = self._previous.get(p.key)
+            if before is None:
+                self._record("plan.added", p)
+            elif before.state is not p.state and not (
+                before.state is PlanState.DONE and p.state is PlanState.DONE
+            ):
+                self._record("plan.changed", p)
+        for key, before in self._previous.items():
+            if key not in keys:
+                self._record("plan.dropped", before, "its finding cleared or no action takes it")
+
+    # ---------------------------------------------------------------- acts
+
+    def _apply(self, p: PlannedAct, before: PlannedAct | None) -> PlannedAct:
+        """Do ``p`` when it is due now and was due, at the same index, in the plan before."""
+        if p.state is not PlanState.DUE:
+            return p
+        if before is None or before.state is not PlanState.DUE or before.index != p.index:
+            return replace(
+                p, why="due: done at the next sweep if still due (a plan before any act)"
+            )
+        keeper = self.keeper
+        if keeper is None or not keeper.trusted():
+            holder = keeper.lock.state.holder if keeper else None
+            who = f"held by {holder}" if holder else "not held by this replica"
+            return replace(p, why=f"due: the actor lock is {who}; only its holder acts")
+        self._record("act.started", p)
+        outcome = self._do(p)
+        self._tried[(p.act.value, outcome.result.value)] += 1
+        if outcome.result is Result.DONE:
+            self._done.append(Done(p.key, self.clock.now(), p.rule_line))
+            done = replace(p, state=PlanState.DONE, why=f"done: Nomad answered {outcome.answer}")
+            self._record("act.done", done, outcome.answer)
+            return done
+        event = "act.refused" if outcome.result is Result.REFUSED else "act.failed"
+        why = _why_not(outcome)
+        state = PlanState.REFUSED if outcome.result is Result.REFUSED else PlanState.HELD
+        self._record(event, replace(p, state=state, why=why), outcome.answer)
+        return replace(p, state=state, why=why)
+
+    def _do(self, p: PlannedAct) -> Outcome:
+        t, acts = p.target, self._acts
+        if acts is None:
+            return Outcome(Result.REFUSED, None, "Nomad is off (--no-nomad)")
+        try:
+            if p.act is Act.SCALE_DOWN and p.count and p.index is not None:
+                said = excerpt(p.finding, 160, quoted=False)
+                message = f"gpuledger: {p.code.value} since {p.since}: {said}"
+                return acts.scale(t.namespace or "default", t.job or "", t.group or "",
+                                  p.count[1], p.index, message)  # fmt: skip
+            if p.act is Act.STOP_ALLOCATION and t.alloc:
+                return acts.stop_allocation(t.namespace or "default", t.alloc)
+            if p.act is Act.NODE_INELIGIBLE and t.node_id:
+                return acts.set_ineligible(t.node_id)
+        except Exception as exc:  # one act's bug costs that act, never the sweep
+            log.exception("actions.act_crashed", key=p.key, error=text_of(repr(exc)))
+            return Outcome(
+                Result.FAILED, None, f"gpuledger failed sending it ({type(exc).__name__})"
+            )
+        return Outcome(Result.REFUSED, None, "the plan lacks what the act needs")
+
+
+def _why_not(outcome: Outcome) -> str:
+    if outcome.result is Result.CHANGED:
+        return f"Nomad answered {outcome.answer}: the job changed since it was planned; re-planned"
+    if outcome.result is Result.REFUSED:
+        return f"Nomad refused it: {outcome.answer}"
+    return f"Nomad failed it ({outcome.answer}): tried again at a later sweep"
