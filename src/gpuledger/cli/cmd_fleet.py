@@ -1,4 +1,4 @@
-"""``gpuledger fleet ls | check | serve``: the fleet controller."""
+"""``gpuledger fleet ls | check | serve | plan | audit``: the fleet controller."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import argparse
 from collections.abc import Callable
 from typing import TextIO
 
-from gpuledger.cli import flags
+from gpuledger.cli import flags, types
+from gpuledger.cli.act_flags import act_flags_of, add_act_flags, add_audit_command
 from gpuledger.cli.usage import UsageParser
 from gpuledger.errors import ExitCode
 
@@ -38,8 +39,32 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     flags.add_serving(serve, listen=":9878", interval="30s", between="sweeps")
     flags.add_nomad_watch(serve, "blocking queries on /v1/nodes and /v1/service")
+    add_act_flags(serve, serve=True)
     serve.set_defaults(fleet_action=_serve)
-    for action in (ls, check, serve):
+    plan = actions.add_parser(
+        "plan",
+        help="one sweep and the plan of the policy's actions; nothing is done (exit 1: one is due)",
+        description="Sweep once and print what the policy's actions would do, and why.",
+    )
+    flags.add_json(plan, "the plan (schema 1)")
+    plan.add_argument(
+        "--interval",
+        type=types.duration,
+        default=types.duration("30s"),
+        metavar="DURATION",
+        help="the interval of the fleet serve whose plan this is (its graces must be two of "
+        "them; default 30s)",
+    )
+    add_act_flags(plan, serve=False)
+    plan.set_defaults(fleet_action=_plan)
+    audit = actions.add_parser(
+        "audit",
+        help="print the audit file of fleet serve --audit-file",
+        description="Print the plan changes and acts the audit file records.",
+    )
+    add_audit_command(audit)
+    audit.set_defaults(fleet_action=_audit, usage_prog=audit.prog)
+    for action in (ls, check, serve, plan):
         flags.add_fleet_sources(action)
         action.set_defaults(usage_prog=action.prog)
 
@@ -72,5 +97,20 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
     )
 
     watch = flags.nomad_watch_of(args)
-    serving = ServeFleet(args.listen, args.interval, args.policy, args.web_config, watch)
+    act = act_flags_of(args)
+    serving = ServeFleet(args.listen, args.interval, args.policy, args.web_config, watch, act)
     return serve_command(flags.fleet_sources_of(args), serving, out)
+
+
+def _plan(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from gpuledger.commands.fleet import plan_command  # noqa: PLC0415 - only to run
+
+    return plan_command(
+        flags.fleet_sources_of(args), act_flags_of(args), args.interval, args.json, out
+    )
+
+
+def _audit(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from gpuledger.commands.fleet_act import fleet_audit  # noqa: PLC0415 - only to run
+
+    return fleet_audit(args.audit_file, args.since, args.json, out)

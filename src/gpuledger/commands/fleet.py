@@ -10,12 +10,13 @@ SIGINT end it after the sweep in progress; SIGHUP reloads the policy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +37,7 @@ from gpuledger.collectors.nomad_cluster import NomadCluster
 from gpuledger.commands.logs import configure_logging
 from gpuledger.commands.node_sources import nomad_env_settings, policy_file
 from gpuledger.commands.options import (
+    ActFlags,
     ConsulFlags,
     DiscoveryFlags,
     FleetFlags,
@@ -173,6 +175,18 @@ def fleet_config(options: FleetOptions) -> FleetConfig:
     )
 
 
+@contextlib.contextmanager
+def quiet_logging() -> Iterator[None]:
+    """Only what goes wrong logged (stderr) while a one-shot command runs: its output is on
+    stdout. The logging as it was is put back after: a process may run more than one command."""
+    before = structlog.get_config()
+    configure_logging(sys.stderr, logging.WARNING, once=True)
+    try:
+        yield
+    finally:
+        structlog.configure(**before)
+
+
 def sweep_once(config: FleetConfig, policy: Policy) -> Fleet:
     """One sweep of the fleet, as ``fleet ls`` and ``fleet check`` make it."""
 
@@ -180,14 +194,8 @@ def sweep_once(config: FleetConfig, policy: Policy) -> Fleet:
         async with LedgerReader(config.tls, config.concurrency, config.timeout) as reader:
             return (await FleetController(config, policy).sweep(reader)).fleet
 
-    # Only what goes wrong is logged (stderr): the output is the fleet. The logging as it was is
-    # put back after: a process may run more than this one command.
-    before = structlog.get_config()
-    configure_logging(sys.stderr, logging.WARNING, once=True)
-    try:
+    with quiet_logging():
         return asyncio.run(once())
-    finally:
-        structlog.configure(**before)
 
 
 def fleet_ls(options: FleetOptions, policy: Policy, out: TextIO, as_json: bool) -> ExitCode:
@@ -225,16 +233,23 @@ class ServeFleet:
     web_config: Path | None = None
     """``--web-config``: HTTPS and basic auth, as ``serve`` takes them."""
     watch: WatchNomad = field(default_factory=WatchNomad)
+    act: ActFlags = field(default_factory=ActFlags)
+    """``--act``, the audit file and the actor lock (``commands/fleet_act.py``)."""
 
 
 def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: TextIO) -> ExitCode:
     """Run the fleet controller until SIGTERM; ``OK`` when it stopped as asked."""
+    from gpuledger.commands.fleet_act import act_mode, make_actor  # noqa: PLC0415 - a cycle
+
     clock = SystemClock()
+    mode = act_mode(serve.act, policy)
+    actor = make_actor(serve.act, options, policy, serve.interval, clock, mode)
     config, watches = watched_config(options, serve.interval, serve.watch, clock)
     configure_logging(sys.stderr)
     controller = FleetController(
-        config, policy, interval=serve.interval, policy_path=serve.policy_path, clock=clock
-    )
+        config, policy, interval=serve.interval, policy_path=serve.policy_path, clock=clock,
+        actor=actor,
+    )  # fmt: skip
     app = FleetApp(lambda: controller.snapshot, clock.now)
     server = bind(app, serve.listen, serve.web_config)
     threading.Thread(target=server.run, name="http", daemon=True).start()
@@ -246,9 +261,14 @@ def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: T
 
     for watch in watches:
         watch.start()
+    keeper = actor.keeper if actor is not None else None
+    if keeper is not None:
+        keeper.start()
     try:
         controller.run(started)
     finally:
+        if keeper is not None:
+            keeper.stop()
         for watch in watches:
             watch.stop()
     return ExitCode.OK
@@ -273,6 +293,16 @@ def serve_command(flags: FleetFlags, serve: ServeFleet, out: TextIO) -> ExitCode
     """``gpuledger fleet serve``: as ``ls``, then the fleet controller run."""
     policy = policy_file(flags.policy)
     return fleet_serve(fleet_options(flags), policy, serve, out)
+
+
+def plan_command(
+    flags: FleetFlags, act: ActFlags, interval: timedelta, as_json: bool, out: TextIO
+) -> ExitCode:
+    """``gpuledger fleet plan``: as ``ls``, then the plan of the policy's actions printed."""
+    from gpuledger.commands.fleet_act import fleet_plan  # noqa: PLC0415 - a cycle
+
+    policy = policy_file(flags.policy)
+    return fleet_plan(fleet_options(flags), policy, act, interval, out, as_json)
 
 
 def fleet_options(flags: FleetFlags) -> FleetOptions:

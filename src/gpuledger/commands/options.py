@@ -191,3 +191,21 @@ class ReportFlags:
     """``--prices``: the prices file of a bill by owner."""
     extras: OwnerOutputs = field(default_factory=OwnerOutputs)
     """``--notes``, ``--split DIR``, ``--mail``: what a bill by owner is also asked."""
+
+
+ActModeName = Literal["off", "plan", "apply"]
+
+
+@dataclass(frozen=True)
+class ActFlags:
+    """``fleet serve --act …`` and ``fleet plan``: what the actor does, its audit and its lock."""
+
+    mode: ActModeName | None = None
+    """``None``: ``plan`` when the policy has actions, else ``off``."""
+    audit_file: Path | None = None
+    lock_path: str = "nomad/jobs/gpuledger-fleet/actor"
+    lock_namespace: str = "default"
+    lock_ttl: timedelta = timedelta(seconds=15)
+    lock_delay: timedelta = timedelta(seconds=15)
+    audit_variables: bool = True
+    """Also keep a Variable per day (``--no-audit-variables``: the file only)."""

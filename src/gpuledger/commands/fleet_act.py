@@ -1,0 +1,155 @@
+"""Acting on drift from the command line: the actor ``fleet serve --act`` runs, ``gpuledger fleet
+plan`` (one sweep, its plan printed, like ``nomad job plan``: nothing is done) and ``gpuledger
+fleet audit`` (the audit file printed).
+
+``--act`` defaults to ``plan`` when the policy has actions and to ``off`` when it has none;
+``apply`` is refused, as a usage error, where it could not act safely (no actions, Nomad off) and
+where the policy's graces are shorter than two sweeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TextIO
+
+from gpuledger.actuators.actor_lock import ActorLock
+from gpuledger.actuators.audit_log import AuditLog, AuditVariables, read_audit_file
+from gpuledger.actuators.nomad_acts import NomadActs
+from gpuledger.collectors.ledgers import LedgerReader
+from gpuledger.commands.fleet import FleetOptions, fleet_config, quiet_logging
+from gpuledger.commands.options import ActFlags
+from gpuledger.controller.actor import ActConfig, Actor, LockKeeper
+from gpuledger.controller.clock import Clock, SystemClock
+from gpuledger.controller.fleet_loop import FleetController
+from gpuledger.errors import ExitCode, UsageError
+from gpuledger.model.action_docs import audit_doc, planned_doc
+from gpuledger.model.actions import ActingStatus, ActMode
+from gpuledger.policy.actions_load import action_problems
+from gpuledger.policy.rules import Policy
+from gpuledger.views.act_table import render_audit, render_plan
+
+
+def identity() -> str:
+    """Who this replica is, as the lock's holder and the audit name it: its Nomad allocation
+    when it runs in Nomad, else the host and process."""
+    alloc = os.environ.get("NOMAD_ALLOC_ID")
+    if alloc:
+        return f"alloc {alloc[:8]} on {socket.gethostname()}"
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def act_mode(flags: ActFlags, policy: Policy) -> ActMode:
+    """The mode asked, or the default: ``plan`` when the policy has actions."""
+    if flags.mode is not None:
+        return ActMode(flags.mode)
+    return ActMode.PLAN if policy.actions else ActMode.OFF
+
+
+def make_actor(
+    flags: ActFlags,
+    options: FleetOptions,
+    policy: Policy,
+    interval: timedelta,
+    clock: Clock,
+    mode: ActMode,
+) -> Actor | None:
+    """The actor ``mode`` asks for (``None``: off); ``UsageError`` where it cannot be."""
+    if mode is ActMode.OFF:
+        return None
+    where = f"--act {mode.value}" if flags.mode else "the policy's actions"
+    if not policy.actions:
+        raise UsageError(f"{where}: {policy.source} has no actions: there is nothing to plan; "
+                         "add an actions: list (docs: actions.md), or leave --act out")  # fmt: skip
+    problems = action_problems(policy, interval)
+    if problems:
+        raise UsageError("\n".join(problems))
+    nomad_on = options.nomad_nodes
+    if mode is ActMode.APPLY and not nomad_on:
+        raise UsageError("--act apply with --no-nomad: every act goes through Nomad's API; "
+                         "drop --no-nomad, or use --act plan")  # fmt: skip
+    audit = AuditLog(flags.audit_file)
+    acts = NomadActs(options.nomad) if nomad_on else None
+    if acts is not None and flags.audit_variables and mode is ActMode.APPLY:
+        audit.variables = AuditVariables(NomadActs(options.nomad), flags.lock_namespace)
+    config = ActConfig(
+        mode=mode,
+        identity=identity(),
+        audit_file=flags.audit_file,
+        lock_path=flags.lock_path,
+        lock_namespace=flags.lock_namespace,
+        lock_ttl=flags.lock_ttl,
+        lock_delay=flags.lock_delay,
+    )
+    keeper = None
+    if mode is ActMode.APPLY:
+        lock = ActorLock(
+            NomadActs(options.nomad),
+            config.identity,
+            path=flags.lock_path,
+            namespace=flags.lock_namespace,
+            ttl=flags.lock_ttl,
+            delay=flags.lock_delay,
+            monotonic=clock.monotonic,
+            now=clock.now,
+        )
+        keeper = LockKeeper(lock)
+    return Actor(config, acts, audit, clock, keeper)
+
+
+def fleet_plan(
+    options: FleetOptions, policy: Policy, flags: ActFlags, interval: timedelta, out: TextIO,
+    as_json: bool,
+) -> ExitCode:  # fmt: skip
+    """``gpuledger fleet plan``: one sweep and its plan; nothing is done. ``FOUND`` (1) when an
+    act is due, as ``nomad job plan`` exits 1 when the plan would change something."""
+    clock = SystemClock()
+    actor = make_actor(flags, options, policy, interval, clock, ActMode.PLAN)
+    if actor is None:  # pragma: no cover - make_actor refuses a policy without actions
+        return ExitCode.OK
+    config = fleet_config(options)
+
+    async def once() -> ActingStatus | None:
+        async with LedgerReader(config.tls, config.concurrency, config.timeout) as reader:
+            controller = FleetController(config, policy, clock=clock, actor=actor)
+            return (await controller.sweep(reader)).acting
+
+    with quiet_logging():
+        status = asyncio.run(once())
+    if status is None:
+        sys.stderr.write("gpuledger fleet plan: the actor failed; see the log above\n")
+        return ExitCode.FAILED
+    if as_json:
+        doc = {
+            "schema": 1,
+            "mode": status.mode.value,
+            "planned": [planned_doc(p) for p in status.plan],
+        }
+        json.dump(doc, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(render_plan(status))
+    due = any(p.state.value == "due" for p in status.plan)
+    return ExitCode.FOUND if due else ExitCode.OK
+
+
+def fleet_audit(
+    path: Path, since: timedelta | datetime | None, as_json: bool, out: TextIO
+) -> ExitCode:
+    """``gpuledger fleet audit``: the audit file's events since ``since``."""
+    if not path.is_file():
+        raise UsageError(f"--audit-file {path}: no such file; give the file that fleet serve "
+                         "--audit-file writes")  # fmt: skip
+    start = datetime.now().astimezone() - since if isinstance(since, timedelta) else since
+    read = read_audit_file(path, start)
+    if as_json:
+        for event in read.events:
+            out.write(json.dumps(audit_doc(event), separators=(",", ":")) + "\n")
+    else:
+        out.write(render_audit(read.events, read.skipped))
+    return ExitCode.OK
