@@ -170,6 +170,7 @@ def test_exclusions_by_namespace_job_and_owner_glob() -> None:
         (p,) = plan_of(fleet(idle()), facts(j=owned), acting=ActingRules(exclude=exclude))
         assert p.state is PlanState.HELD, exclude
         assert p.why.startswith("excluded by acting.exclude"), p.why
+        assert p.owner == "ana"
     near = ActingRules(exclude=Exclusions(jobs=("notebooks",), owners=("an",)))
     (p,) = plan_of(fleet(idle()), facts(j=job(meta={"owner": "ana"})), acting=near)
     assert p.state is PlanState.DUE

@@ -5,6 +5,7 @@ and only through Nomad's own API. Its modules:
   (scale a task group down, stop an allocation, mark a node ineligible), each answering an
   ``Outcome``;
 - ``actor_lock``: the Nomad Variable lock whose holder alone acts (acquire, renew, release);
+- ``webhook``: an action's notices POSTed to its ``webhook``;
 - ``audit_log``: the audit: JSON lines appended to a file that survives restarts, and a
   Variable per day where Nomad has them.
 """

@@ -37,6 +37,7 @@ from gpuledger.model.text import excerpt, is_text, text_of
 ACT_POLICY = "deploy/nomad/gpuledger-act.policy.hcl"
 """The ACL policy shipped for the actor: every capability the acts and the lock need."""
 _NAME_INDEX = re.compile(r"\[(\d+)\]$")
+_VERSION = re.compile(r"^(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?")
 
 
 class _Raw(Requester):  # type: ignore[misc]
@@ -147,10 +148,10 @@ def parse_version(doc: object) -> tuple[int, ...]:
         config = doc.get("config") if isinstance(doc, Mapping) else None
         version = config.get("Version") if isinstance(config, Mapping) else None
         text = version.get("Version") if isinstance(version, Mapping) else None
-    if not isinstance(text, str) or not re.match(r"^\d+\.\d+", text):
+    found = _VERSION.match(text) if isinstance(text, str) else None
+    if found is None:
         raise ValueError("no version in /v1/agent/self")
-    core = re.split(r"[-+ ]", text, maxsplit=1)[0]
-    return tuple(int(p) for p in core.split(".") if p.isdigit())
+    return tuple(int(p) for p in found.groups() if p is not None)
 
 
 class NomadActs(NomadApi):

@@ -31,9 +31,11 @@ import structlog
 from gpuledger.actuators.actor_lock import ActorLock
 from gpuledger.actuators.audit_log import AuditLog
 from gpuledger.actuators.nomad_acts import NomadActs, Outcome, Result
+from gpuledger.actuators.webhook import Webhooks
 from gpuledger.controller.clock import Clock
 from gpuledger.core.act_plan import RECENT, Candidate, Done, candidates, plan_acts, wanted
 from gpuledger.errors import SourceError
+from gpuledger.model.action_docs import planned_doc
 from gpuledger.model.actions import (
     Act,
     ActingStatus,
@@ -141,6 +143,7 @@ class Actor:
         self._tried: Counter[tuple[str, str]] = Counter()
         self._version: tuple[tuple[int, ...] | str, float] | None = None
         self._done: list[Done] = self._done_before()
+        self._webhooks = Webhooks()
 
     def _done_before(self) -> list[Done]:
         """The acts the audit says were done in the last hour (before a restart)."""
@@ -232,10 +235,12 @@ class Actor:
             before = self._previous.get(p.key)
             if before is None:
                 self._record("plan.added", p)
-            elif before.state is not p.state and not (
-                before.state is PlanState.DONE and p.state is PlanState.DONE
-            ):
+            elif before.state is not p.state:
                 self._record("plan.changed", p)
+            else:
+                continue
+            if p.webhook:
+                self._webhooks.post(p.webhook, planned_doc(p))
         for key, before in self._previous.items():
             if key not in keys:
                 self._record("plan.dropped", before, "its finding cleared or no action takes it")

@@ -186,9 +186,24 @@ def plan_acts(
                 rule_line=c.rule.line,
                 index=judged.index,
                 count=judged.count,
+                notify=c.rule.notify,
+                webhook=c.rule.webhook,
+                owner=_owner(c, facts, owner_keys),
             )
         )
     return _limited(planned, {c.key: c.rule for c in found}, acting, recent)
+
+
+def _owner(c: Candidate, facts: NomadFacts, owner_keys: Sequence[str]) -> str | None:
+    """The owner of the candidate's job as its meta (job, then the allocation's group) names it,
+    else its namespace; ``None`` when the job was not read."""
+    job = facts.jobs.get(c.job) if c.job else None
+    if not isinstance(job, JobFacts):
+        return None
+    alloc = facts.allocs.get(c.alloc) if c.alloc else None
+    group = alloc.group if isinstance(alloc, AllocFacts) else None
+    meta = merge_meta(job.group_meta.get(group) if group else None, job.meta)
+    return resolve_owner(meta, job.namespace, owner_keys).name
 
 
 def _idle_gpus(found: Sequence[Candidate], now: datetime) -> dict[str, set[str]]:

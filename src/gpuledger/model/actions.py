@@ -143,6 +143,12 @@ class PlannedAct:
     """The index it was planned against where Nomad takes one (``EnforceIndex`` on scale)."""
     count: tuple[int, int] | None = None
     """``scale-down``: the group's count now and after."""
+    notify: bool = False
+    """The action asks for a notice (``gpuledger_action_notice``)."""
+    webhook: str | None = None
+    """Where the action POSTs its notices, if anywhere."""
+    owner: str | None = None
+    """The job's owner as its meta names it (``--owner-meta``), when Nomad was read."""
 
 
 @dataclass(frozen=True)
