@@ -70,7 +70,7 @@ def test_the_docs_job_sample_with_its_allocations() -> None:
 def test_a_job_without_a_sound_index_or_id_is_refused(change: Any) -> None:
     doc = copy.deepcopy(_sample("allocation.json")["Job"])
     change(doc)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a job without"):
         parse_job(doc, [])
 
 
@@ -89,5 +89,5 @@ def test_the_version_of_the_docs_agent_sample() -> None:
     assert parse_version(_sample("agent-self.json")) == (0, 5, 5)
     assert parse_version({"member": {"Tags": {"build": "1.9.3+ent"}}}) == (1, 9, 3)
     assert parse_version({"config": {"Version": {"Version": "1.10.0"}}}) == (1, 10, 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no version"):
         parse_version({"member": {"Tags": {"build": "dev"}}})
