@@ -1,0 +1,236 @@
+"""The actor's rules around Nomad (``controller/actor.py``), with a stub of the actor's Nomad
+that records every act and answers as told: a plan before any act (an act is sent only at the
+sweep after the plan had it due, at the same index), only while the lock is trusted, every step
+audited before and after, what was done read back after a restart, each answer of Nomad's kept.
+The same rules against the simulated Nomad, as processes: ``integration/test_fleet_act.py``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuledger.actuators.audit_log import AuditLog, read_audit_file
+from gpuledger.actuators.nomad_acts import Outcome, Result
+from gpuledger.controller.actor import ActConfig, Actor
+from gpuledger.model import Code, Finding, Level, SourceStatus
+from gpuledger.model.actions import (
+    Act,
+    ActionRule,
+    ActMode,
+    AllocFacts,
+    JobFacts,
+    LockView,
+    PlanState,
+)
+from gpuledger.model.fleet_values import Fleet, FleetNode, NodeStatus
+from gpuledger.policy.rules import Policy
+
+START = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
+NODE_ID, ALLOC, GPU = "node-1", "alloc-1", "GPU-1"
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.at, self.mono = START, 100.0
+
+    def now(self) -> datetime:
+        return self.at
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def sleep(self, seconds: float, wake: threading.Event | None = None) -> None:
+        self.tick(seconds)
+
+    def tick(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+        self.mono += seconds
+
+
+@dataclass
+class StubNomad:
+    """Answers the plan's reads from ``job``; records each act and answers ``outcomes`` in turn
+    (then done)."""
+
+    count: int = 1
+    index: int = 42
+    desired: str = "run"
+    outcomes: list[Outcome] = field(default_factory=list)
+    sent: list[tuple[str, Any]] = field(default_factory=list)
+
+    def _alloc(self) -> AllocFacts:
+        return AllocFacts(ALLOC, "default", "notebook", "notebook", NODE_ID, self.desired,
+                          "running", 0, frozenset({GPU}))  # fmt: skip
+
+    def allocation(self, alloc_id: str) -> AllocFacts | None:
+        return self._alloc() if alloc_id == ALLOC else None
+
+    def job(self, namespace: str, job: str) -> JobFacts:
+        return JobFacts(namespace, job, self.index, {"notebook": self.count}, {}, {},
+                        (self._alloc(),))  # fmt: skip
+
+    def version(self) -> tuple[int, ...]:
+        return (1, 10, 2)
+
+    def scale(self, namespace: str, job: str, group: str, count: int, index: int,
+              message: str) -> Outcome:  # fmt: skip
+        self.sent.append(("scale", (namespace, job, group, count, index)))
+        if self.outcomes:
+            return self.outcomes.pop(0)
+        self.count, self.desired, self.index = count, "stop", self.index + 1
+        return Outcome(Result.DONE, 200, '{"EvalID":"e1"}')
+
+
+@dataclass
+class StubLock:
+    state: LockView
+    ok: bool = True
+
+    def trusted(self) -> bool:
+        return self.ok
+
+
+class StubKeeper:
+    def __init__(self, held: bool = True, holder: str = "fleet-a") -> None:
+        self.lock = StubLock(LockView("nomad/jobs/gpuledger-fleet/actor", held, holder))
+
+    def trusted(self) -> bool:
+        return self.lock.ok
+
+
+def _fleet(clock: StepClock, idle: bool = True) -> Fleet:
+    node = FleetNode("gpu-1", NODE_ID, "http://gpu-1:9877", NodeStatus.OK, "ready", True, 1,
+                     None, Level.WARN, {}, {})  # fmt: skip
+    subject = {"alloc": ALLOC, "namespace": "default", "job": "notebook", "task": "jupyter"}
+    finding = Finding(Code.RESERVED_IDLE, Level.WARN, GPU, "gpu-1", "GPU 0 is idle", subject,
+                      START - timedelta(hours=24), f"alloc:{ALLOC}/jupyter")  # fmt: skip
+    return Fleet(clock.now(), {"nomad": SourceStatus.up()}, (node,), (),
+                 (finding,) if idle else ())  # fmt: skip
+
+
+POLICY = Policy(rules={}, actions=(ActionRule(Code.RESERVED_IDLE, Act.SCALE_DOWN, line=4),))
+
+
+def _actor(tmp_path: Path, nomad: StubNomad, clock: StepClock, mode: ActMode = ActMode.APPLY,
+           keeper: StubKeeper | None = None) -> Actor:  # fmt: skip
+    config = ActConfig(mode=mode, identity="fleet-a", audit_file=tmp_path / "audit.jsonl")
+    keeper = keeper if keeper is not None else StubKeeper()
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    return Actor(config, nomad, audit, clock, keeper)  # type: ignore[arg-type]
+
+
+def _events(tmp_path: Path) -> list[str]:
+    return [e.event for e in read_audit_file(tmp_path / "audit.jsonl").events]
+
+
+def test_plan_mode_sends_nothing_whatever_is_due(tmp_path: Path) -> None:
+    clock, nomad = StepClock(), StubNomad()
+    actor = _actor(tmp_path, nomad, clock, mode=ActMode.PLAN, keeper=None)
+    actor.keeper = None
+    for _ in range(5):
+        status = actor.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert nomad.sent == []
+    assert [p.state for p in status.plan] == [PlanState.DUE]
+    assert _events(tmp_path) == ["plan.added"]
+
+
+def test_an_act_is_sent_only_at_the_sweep_after_the_plan_had_it_due_then_once(
+    tmp_path: Path,
+) -> None:
+    clock, nomad = StepClock(), StubNomad()
+    actor = _actor(tmp_path, nomad, clock)
+    first = actor.step(_fleet(clock), POLICY)
+    assert nomad.sent == []
+    assert first.plan[0].state is PlanState.DUE
+    clock.tick(30)
+    second = actor.step(_fleet(clock), POLICY)
+    assert nomad.sent == [("scale", ("default", "notebook", "notebook", 0, 42))]
+    assert second.plan[0].state is PlanState.DONE
+    # Nomad stops the allocation; the finding is still open a while: never sent again.
+    for _ in range(3):
+        clock.tick(30)
+        actor.step(_fleet(clock), POLICY)
+    assert len(nomad.sent) == 1
+    assert second.acts == {("scale-down", "done"): 1}
+    assert _events(tmp_path)[:3] == ["plan.added", "act.started", "act.done"]
+    clock.tick(30)
+    actor.step(_fleet(clock, idle=False), POLICY)
+    assert _events(tmp_path)[-1] == "plan.dropped"
+
+
+def test_without_the_lock_the_due_act_waits_naming_the_holder(tmp_path: Path) -> None:
+    clock, nomad = StepClock(), StubNomad()
+    keeper = StubKeeper(held=False, holder="fleet-b")
+    keeper.lock.ok = False
+    actor = _actor(tmp_path, nomad, clock, keeper=keeper)
+    actor.step(_fleet(clock), POLICY)
+    clock.tick(30)
+    status = actor.step(_fleet(clock), POLICY)
+    assert nomad.sent == []
+    assert status.plan[0].why == "due: the actor lock is held by fleet-b; only its holder acts"
+
+
+def test_a_job_changed_since_the_plan_is_re_planned_at_its_new_index(tmp_path: Path) -> None:
+    clock = StepClock()
+    nomad = StubNomad(outcomes=[Outcome(Result.CHANGED, 409, "409 job modify index mismatch")])
+    actor = _actor(tmp_path, nomad, clock)
+    actor.step(_fleet(clock), POLICY)
+    clock.tick(30)
+    refused = actor.step(_fleet(clock), POLICY)
+    assert refused.plan[0].state is PlanState.HELD
+    assert "re-planned" in refused.plan[0].why
+    nomad.index = 43  # the job changed in Nomad
+    for _ in range(2):
+        clock.tick(30)
+        actor.step(_fleet(clock), POLICY)
+    assert nomad.sent == [("scale", ("default", "notebook", "notebook", 0, 42)),
+                          ("scale", ("default", "notebook", "notebook", 0, 43))]  # fmt: skip
+
+
+def test_a_refusal_is_recorded_with_nomads_answer(tmp_path: Path) -> None:
+    clock = StepClock()
+    why = "403 Permission denied: the token lacks scale-job (or submit-job); grant it as x"
+    nomad = StubNomad(outcomes=[Outcome(Result.REFUSED, 403, why)])
+    actor = _actor(tmp_path, nomad, clock)
+    actor.step(_fleet(clock), POLICY)
+    clock.tick(30)
+    status = actor.step(_fleet(clock), POLICY)
+    assert status.plan[0].state is PlanState.REFUSED
+    assert status.acts == {("scale-down", "refused"): 1}
+    (refused,) = [e for e in read_audit_file(tmp_path / "audit.jsonl").events
+                  if e.event == "act.refused"]  # fmt: skip
+    assert refused.answer == why
+
+
+def test_what_was_done_counts_after_a_restart(tmp_path: Path) -> None:
+    clock, nomad = StepClock(), StubNomad()
+    actor = _actor(tmp_path, nomad, clock)
+    for _ in range(2):
+        actor.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert len(nomad.sent) == 1
+    # A new process, before Nomad has stopped the allocation: the audit says it is done.
+    again = StubNomad()
+    restarted = _actor(tmp_path, again, clock)
+    for _ in range(3):
+        status = restarted.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert again.sent == []
+    assert status.plan[0].state is PlanState.DONE
+    lines = (tmp_path / "audit.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["actor"] == "fleet-a" for line in lines)
+
+
+def test_a_cut_audit_line_is_skipped_and_counted(tmp_path: Path) -> None:
+    clock, nomad = StepClock(), StubNomad()
+    actor = _actor(tmp_path, nomad, clock)
+    actor.step(_fleet(clock), POLICY)
+    with (tmp_path / "audit.jsonl").open("a") as f:
+        f.write('{"at": "2026-12-03T12:00:00Z", "event": "act.do')
+    read = read_audit_file(tmp_path / "audit.jsonl")
+    assert (len(read.events), read.skipped) == (1, 1)
