@@ -210,6 +210,15 @@ def test_the_next_requests_can_be_made_to_fail(fake: FakeNomad) -> None:
     assert [get(fake, "/v1/vars").status_code for _ in range(3)] == [500, 500, 200]
 
 
+@pytest.mark.parametrize(
+    "raw", [b"", b"{", b"[]", b'{"Lock": "15s"}', b'{"Lock": {"TTL": 15}}', b'{"Items": [1]}']
+)
+def test_a_hostile_body_is_a_bad_request_not_a_crash(fake: FakeNomad, raw: bytes) -> None:
+    url = f"{fake.url}/v1/var/{ACTOR}?lock-acquire"
+    answer = requests.put(url, data=raw, timeout=5)
+    assert answer.status_code == 400 and answer.text
+
+
 # --------------------------------------------------------------------------- variables
 
 

@@ -332,7 +332,7 @@ class VariableStore:
         if found is not None and found.lock is not None:
             if not self._holds(found, call.body):
                 return self._conflict(call, found, access)
-            given = call.body.get("Lock") or {}
+            given = _lock_of(call.body)
             if any(given.get(k) not in {None, v} for k, v in found.lock.shown(False).items()):
                 raise _RequestError("the lock parameters can not be changed while it is held")
         if found is not None and found.items == items:
@@ -375,7 +375,7 @@ class VariableStore:
         found = self._current(call.namespace, call.path)
         if found is not None and found.lock is not None:
             return self._conflict(call, found, access)
-        given = call.body.get("Lock") or {}
+        given = _lock_of(call.body)
         ttl, delay = (str(given.get(k) or DEFAULT_LOCK) for k in ("TTL", "LockDelay"))
         for name, text in (("TTL", ttl), ("LockDelay", delay)):
             if not LOCK_BOUNDS[0] <= _seconds(text) <= LOCK_BOUNDS[1]:
@@ -414,7 +414,7 @@ class VariableStore:
 
     def _holds(self, found: _Variable, body: Mapping[str, Any]) -> bool:
         """Whether ``body`` carries the ID of a lock still within its TTL."""
-        lock, given = found.lock, body.get("Lock") or {}
+        lock, given = found.lock, _lock_of(body)
         live = lock is not None and not lock.lapsed(self.clock())
         return live and lock is not None and given.get("ID") == lock.id
 
@@ -475,6 +475,14 @@ def _decoded(body: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise _RequestError("the body must be a JSON object (a Variable)")
     return doc
+
+
+def _lock_of(body: Mapping[str, Any]) -> dict[str, str]:
+    """The body's ``Lock`` (``ID``, ``TTL``, ``LockDelay``, each a string), or ``{}``."""
+    lock = body.get("Lock") or {}
+    if not isinstance(lock, dict) or not all(isinstance(v, str) for v in lock.values()):
+        raise _RequestError("Lock must be an object of strings (ID, TTL, LockDelay)")
+    return lock
 
 
 def _items(body: Mapping[str, Any]) -> dict[str, str]:
