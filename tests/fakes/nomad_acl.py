@@ -14,6 +14,11 @@ and ``nomad/acl`` in hashicorp/nomad):
 - A workload identity (a JWT) gets the policies attached to its job with
   ``nomad acl policy apply -namespace … -job … [-group …] [-task …]``; its implicit policy
   covers only its variables and service registrations, nothing gpuledger reads.
+- A namespace rule's ``variables { path "<glob>" { capabilities = [...] } }`` block grants
+  ``read``, ``write``, ``list``, ``destroy`` or ``deny`` on Variables at the matching paths
+  (``read`` and ``write`` each include ``list``); the most specific path rule applies, and a
+  workload identity may read and list its own ``nomad/jobs/<job>[/<group>[/<task>]]``
+  (``docs/concepts/variables.mdx``). The fake asks for these as ``variables:<cap>:<path>``.
 - Errors: an unknown secret is ``403 ACL token not found``, an expired token ``500 ACL token
   expired``, a missing capability ``403 Permission denied``.
 
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuledger.sim.nomad_acls import VARIABLES_READ
 from gpuledger.sim.nomad_api import (
     AGENT_READ,
     NODE_READ,
@@ -109,6 +115,13 @@ _SHORTHAND: Mapping[str, tuple[str, ...]] = {
     ),
     "scale": ("list-scaling-policies", "read-scaling-policy", "read-job-scaling", "scale-job"),
 }
+# The Variables capabilities of a path rule, and what each one includes.
+_VARIABLE_CAPABILITIES = frozenset({"read", "write", "list", "destroy", "deny"})
+_VARIABLE_INCLUDES: Mapping[str, frozenset[str]] = {
+    "read": frozenset({"read", "list"}),
+    "write": frozenset({"write", "list"}),
+}
+_VARIABLES = VARIABLES_READ.partition(":")[0] + ":"
 # Rules a policy may hold that gpuledger never needs: accepted, and otherwise ignored.
 _OTHER_RULES = frozenset({"operator", "quota", "plugin", "host_volume"})
 
@@ -124,6 +137,8 @@ class AclPolicy:
     namespaces: Mapping[str, frozenset[str]] = field(default_factory=dict)
     node: str | None = None
     agent: str | None = None
+    variables: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+    """Per namespace label: the capabilities of each ``variables`` path rule."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +205,24 @@ def _level(rule: str, body: Mapping[str, Any]) -> str:
     return str(level)
 
 
+def _variable_rules(name: str, body: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+    """The ``variables`` block of namespace rule ``name``: path glob → capabilities."""
+    blocks = _blocks(body, "variables")
+    if len(blocks) > 1:
+        raise AclPolicyError(f"Failed to parse ACL Policy: more than one variables in {name!r}")
+    rules: dict[str, frozenset[str]] = {}
+    for _, inner in blocks:
+        for path, rule in _blocks(inner, "path"):
+            if not path:
+                raise AclPolicyError(f"Invalid variable path rule in {name!r}: no path label")
+            caps = frozenset(str(_unquote(c)) for c in rule.get("capabilities") or ())
+            unknown = sorted(caps - _VARIABLE_CAPABILITIES)
+            if unknown:
+                raise AclPolicyError(f"Invalid variable capability '{unknown[0]}' at {path!r}")
+            rules[path] = rules.get(path, frozenset()) | caps
+    return rules
+
+
 def _namespace_rule(label: str | None, body: Mapping[str, Any]) -> tuple[str, frozenset[str]]:
     name = label or "default"
     if not _NAMESPACE_NAME.match(name):
@@ -219,9 +252,13 @@ def parse_policy(text: str) -> AclPolicy:
     if unknown:
         raise AclPolicyError(f"Failed to parse ACL Policy: unknown rule {unknown[0]!r}")
     namespaces: dict[str, frozenset[str]] = {}
+    variables: dict[str, dict[str, frozenset[str]]] = {}
     for label, body in _blocks(doc, "namespace"):
         name, caps = _namespace_rule(label, body)
         namespaces[name] = namespaces.get(name, frozenset()) | caps
+        for path, path_caps in _variable_rules(name, body).items():
+            held = variables.setdefault(name, {})
+            held[path] = held.get(path, frozenset()) | path_caps
     single: dict[str, str | None] = {}
     for rule in ("node", "agent"):
         blocks = _blocks(doc, rule)
@@ -230,7 +267,7 @@ def parse_policy(text: str) -> AclPolicy:
         single[rule] = _level(rule, blocks[0][1]) if blocks else None
     if not rules:
         raise AclPolicyError(f"Invalid policy: {text!r}")
-    return AclPolicy(namespaces=namespaces, node=single["node"], agent=single["agent"])
+    return AclPolicy(namespaces, single["node"], single["agent"], variables)
 
 
 # --------------------------------------------------------------------------- decisions
@@ -241,26 +278,47 @@ def _glob_matches(pattern: str, name: str) -> bool:
     return re.fullmatch(regex, name) is not None
 
 
+def _rule_for(labels: Iterable[str], name: str) -> str | None:
+    """The one label that applies to ``name``: itself, else the glob matching most of it."""
+    known = list(labels)
+    if name in known:
+        return name
+    globs = [label for label in known if "*" in label and _glob_matches(label, name)]
+    # The glob with the most matched characters: the fewest left to the wildcards.
+    return min(globs, key=lambda g: (len(name) - len(g.replace("*", "")), g), default=None)
+
+
 def _namespace_caps(rules: Mapping[str, frozenset[str]], namespace: str) -> frozenset[str]:
     """The capabilities of the one rule that applies to ``namespace``."""
-    if namespace in rules:
-        caps = rules[namespace]
-    else:
-        globs = [label for label in rules if "*" in label and _glob_matches(label, namespace)]
-        if not globs:
-            return frozenset()
-        # The glob with the most matched characters: the fewest left to the wildcards.
-        best = min(globs, key=lambda g: (len(namespace) - len(g.replace("*", "")), g))
-        caps = rules[best]
+    best = _rule_for(rules, namespace)
+    caps = rules[best] if best is not None else frozenset()
     return frozenset() if "deny" in caps else caps
+
+
+def _variable_caps(policy: AclPolicy, namespace: str, path: str) -> frozenset[str]:
+    """The Variables capabilities at ``path``: the namespace's rule, then its path rule."""
+    label = _rule_for(policy.variables, namespace)
+    if label is None or "deny" in policy.namespaces.get(label, frozenset()):
+        return frozenset()
+    paths = policy.variables[label]
+    best = _rule_for(paths, path)
+    caps = paths[best] if best is not None else frozenset()
+    if "deny" in caps:
+        return frozenset()
+    return frozenset().union(*(_VARIABLE_INCLUDES.get(cap, {cap}) for cap in caps))
 
 
 def _merge(policies: Iterable[AclPolicy]) -> AclPolicy:
     namespaces: dict[str, frozenset[str]] = {}
+    variables: dict[str, dict[str, frozenset[str]]] = {}
     levels: dict[str, list[str]] = {"node": [], "agent": []}
     for policy in policies:
         for label, caps in policy.namespaces.items():
             namespaces[label] = namespaces.get(label, frozenset()) | caps
+        for label, paths in policy.variables.items():
+            held = variables.setdefault(label, {})
+            for path, caps in paths.items():
+                held[path] = held.get(path, frozenset()) | caps
         for rule in ("node", "agent"):
             level = getattr(policy, rule)
             if level is not None:
@@ -272,7 +330,7 @@ def _merge(policies: Iterable[AclPolicy]) -> AclPolicy:
             return "deny"
         return "write" if "write" in found else ("read" if found else None)
 
-    return AclPolicy(namespaces, merged(levels["node"]), merged(levels["agent"]))
+    return AclPolicy(namespaces, merged(levels["node"]), merged(levels["agent"]), variables)
 
 
 def _allows(policy: AclPolicy, capability: str, namespace: str | None) -> bool:
@@ -284,7 +342,18 @@ def _allows(policy: AclPolicy, capability: str, namespace: str | None) -> bool:
         return policy.agent in {"read", "write"}
     if namespace is None:
         return False
+    if capability.startswith(_VARIABLES):
+        cap, _, path = capability.removeprefix(_VARIABLES).partition(":")
+        return cap in _variable_caps(policy, namespace, path)
     return capability in _namespace_caps(policy.namespaces, namespace)
+
+
+def _implicit(identity: _Identity) -> AclPolicy:
+    """A workload identity's own Variables: read and list at ``nomad/jobs`` and at its job's,
+    group's and task's paths below it (``docs/concepts/variables.mdx``, Task Access)."""
+    own = ("nomad/jobs", identity.job, identity.group, identity.task)
+    paths = {"/".join(own[: depth + 1]): frozenset({"read", "list"}) for depth in range(4)}
+    return AclPolicy(variables={identity.namespace: paths})
 
 
 def _b64(data: bytes) -> str:
@@ -395,13 +464,16 @@ class AclAccess:
         identity = self._identities.get(token)
         if identity is not None:
             return [
-                policy
-                for policy, job in self.policies.values()
-                if job is not None
-                and job.namespace == identity.namespace
-                and job.job == identity.job
-                and job.group in {None, identity.group}
-                and job.task in {None, identity.task}
+                _implicit(identity),
+                *(
+                    policy
+                    for policy, job in self.policies.values()
+                    if job is not None
+                    and job.namespace == identity.namespace
+                    and job.job == identity.job
+                    and job.group in {None, identity.group}
+                    and job.task in {None, identity.task}
+                ),
             ]
         # A token may name policies that were never made or were deleted: they grant nothing.
         names = self.tokens[token].policies

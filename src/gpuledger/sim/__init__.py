@@ -14,6 +14,7 @@ gpuledger's outside itself (an import-linter contract): a fake shares no code wi
 - ``nomad_reads``: the fake Nomad's blocking reads, each indexed as its Nomad endpoint is.
 - ``tracking_servers``: loopback TCP / unix servers that keep their connections, to cut them.
 - ``nomad_metadata``: the fake Nomad's dynamic node metadata (``/v1/client/metadata``).
+- ``nomad_vars``: the fake Nomad's Variables (``/v1/var``, ``/v1/vars``) and their locks.
 - ``fleet_sim``: a simulated fleet of node controllers served from one process.
 - ``fleet_nomad``: the simulated fleet's Nomad (``/v1/nodes``, ``/v1/service``), blocking.
 - ``fleet_payloads``: what the fleet's nodes answer (the ledger) and Consul's and Nomad's views.

@@ -19,6 +19,10 @@ __all__ = [
     "TOKEN_EXPIRED",
     "TOKEN_NOT_FOUND",
     "UUID_LOOKUP_FAILED",
+    "VARIABLES_DESTROY",
+    "VARIABLES_LIST",
+    "VARIABLES_READ",
+    "VARIABLES_WRITE",
     "Access",
     "AccessControl",
     "guarded",
@@ -40,6 +44,12 @@ AGENT_READ = "agent:read"
 NODE_READ = "node:read"
 NODE_WRITE = "node:write"
 READ_JOB = "read-job"
+# A variable's capability (a namespace's ``variables { path … }`` block) is asked for as
+# ``<capability>:<path>``: the one question the fake asks has no other place for the path.
+VARIABLES_READ = "variables:read"
+VARIABLES_WRITE = "variables:write"
+VARIABLES_LIST = "variables:list"
+VARIABLES_DESTROY = "variables:destroy"
 
 
 class AccessControl(Protocol):

@@ -54,6 +54,7 @@ from gpuledger.sim.nomad_metadata import (
     client_metadata,
 )
 from gpuledger.sim.nomad_payloads import ClusterView
+from gpuledger.sim.nomad_vars import VariableStore, serve_variables
 from gpuledger.sim.tracking_servers import TrackingTcpServer, TrackingUnixServer
 
 __all__ = [
@@ -198,9 +199,6 @@ def _encoded(body: Any) -> tuple[bytes, str]:
     ), "application/json"
 
 
-_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
-
-
 @dataclass(frozen=True)
 class _Request:
     """One request as the routes see it."""
@@ -266,6 +264,7 @@ class FakeNomad(BlockingKnobs):
         """Other client agents, by node id, that the servers reach (``?node_id=`` forwarding)."""
         self.metadata = ClientMetadata(self.static_meta, self.meta_sync_delay)
         """The client's metadata: static, dynamic, and the servers' copy."""
+        self.variables = VariableStore(self.state)  # /v1/var/:path, /v1/vars (sim/nomad_vars.py)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -557,6 +556,7 @@ class _Route:
 
 
 _ROUTES: tuple[_Route, ...] = (
+    _Route(None, re.compile(r"^/v1/(?:vars|var/(.+))$"), serve_variables, "/v1/var/:path"),
     _Route(
         None,
         re.compile(r"^/v1/client/metadata$"),
