@@ -41,9 +41,13 @@ _VERSION = re.compile(r"^(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?")
 
 
 class _Raw(Requester):  # type: ignore[misc]
-    """A python-nomad endpoint for the calls it has no method for (scale, locks)."""
+    """A python-nomad endpoint for any path (``v1/job/x/scale``): it has no method for the
+    scale, the locks or the Variables' check-and-set."""
 
     ENDPOINT = ""
+
+    def _endpoint_builder(self, *args: str) -> str:
+        return "/".join(a for a in args if a)
 
 
 class Result(str, enum.Enum):
