@@ -28,7 +28,7 @@ node {
   policy = "write"
 }
 
-# GET /v1/agent/self: Nomad's version (a scale needs 1.9, the lock 1.7).
+# GET /v1/agent/self: Nomad's version (a scale needs 1.8.2, the lock 1.7).
 agent {
   policy = "read"
 }

@@ -157,10 +157,13 @@ def test_scale_down_is_held_while_another_gpu_of_the_allocation_works() -> None:
     assert "GPU-busy" in p.why
 
 
-def test_scale_down_before_nomad_1_9_is_refused_with_the_version() -> None:
-    (p,) = plan_of(fleet(idle()), facts(version=(1, 8, 4)))
+def test_scale_down_before_nomad_1_8_2_is_refused_with_the_version() -> None:
+    # Nomad's CHANGELOG, 1.8.2: "job scale: -check-index" (GH-23457) — the index is checked.
+    (p,) = plan_of(fleet(idle()), facts(version=(1, 8, 1)))
     assert p.state is PlanState.REFUSED
-    assert "Nomad 1.8.4" in p.why
+    assert "Nomad 1.8.1" in p.why
+    (p,) = plan_of(fleet(idle()), facts(version=(1, 8, 2)))
+    assert p.state is PlanState.DUE
 
 
 def test_exclusions_by_namespace_job_and_owner_glob() -> None:

@@ -2,7 +2,7 @@
 version) and the three acts, each through Nomad's own endpoint and its own checks.
 
 - ``scale-down``: ``POST /v1/job/:id/scale`` with the task group's count lowered by one and the
-  ``JobModifyIndex`` it was planned against (Nomad 1.9 and later refuse it when the job changed
+  ``JobModifyIndex`` it was planned against (Nomad 1.8.2 and later refuse it when the job changed
   since; before, the index is ignored, which is why the plan refuses scaling there); capability
   ``scale-job`` (or ``submit-job``) in the job's namespace.
 - ``stop-allocation``: ``POST /v1/allocation/:id/stop``; Nomad reschedules the allocation by
@@ -36,6 +36,9 @@ from gpuledger.model.text import excerpt, is_text, text_of
 
 ACT_POLICY = "deploy/nomad/gpuledger-act.policy.hcl"
 """The ACL policy shipped for the actor: every capability the acts and the lock need."""
+_INDEX_CHANGED = "Enforcing job modify index"
+"""How Nomad's answer to a scale against a stale index begins (``RegisterEnforceIndexErrPrefix``,
+``nomad/job_endpoint.go``), a 500: the job changed since the plan."""
 _NAME_INDEX = re.compile(r"\[(\d+)\]$")
 _VERSION = re.compile(r"^(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?")
 
@@ -223,7 +226,7 @@ class NomadActs(NomadApi):
     def scale(
         self, namespace: str, job: str, group: str, count: int, index: int, message: str
     ) -> Outcome:
-        """Set ``group``'s count, only if the job is still at ``index`` (Nomad 1.9+)."""
+        """Set ``group``'s count, only if the job is still at ``index`` (Nomad 1.8.2+)."""
         body = {
             "Count": count,
             "Target": {"Namespace": namespace, "Job": job, "Group": group},
@@ -280,8 +283,8 @@ class NomadActs(NomadApi):
         if status == 403:
             why = f"403 {said}: the token lacks {capability}; grant it as {ACT_POLICY} does"
             return Outcome(Result.REFUSED, status, self._redact(why))
-        if status == 409:
-            return Outcome(Result.CHANGED, status, self._redact(f"409 {said}"))
+        if status == 409 or (status == 500 and said.startswith(_INDEX_CHANGED)):
+            return Outcome(Result.CHANGED, status, self._redact(f"{status} {said}"))
         if 400 <= status < 500:
             return Outcome(Result.REFUSED, status, self._redact(f"{status} {said}"))
         return Outcome(Result.FAILED, status, self._redact(f"{status} {said}"))

@@ -38,9 +38,10 @@ from gpuledger.model.owners import merge_meta, resolve_owner
 from gpuledger.model.text import excerpt
 from gpuledger.model.time_text import parse_instant
 
-SCALE_VERSION = (1, 9, 0)
-"""The first Nomad whose job scale checks the job's index (``JobModifyIndex``): before it, an
-index sent is ignored and a scale could land on a job changed since it was planned."""
+SCALE_VERSION = (1, 8, 2)
+"""The first Nomad whose job scale checks the job's index (``EnforceIndex`` and
+``JobModifyIndex``; Nomad's CHANGELOG 1.8.2, GH-23457 — not 1.9, as the issue had it): before
+it, the index sent is ignored and a scale could land on a job changed since it was planned."""
 RECENT = timedelta(hours=1)
 """How long an act done counts: for the rate limits, and as done while Nomad catches up."""
 _IDLE = frozenset({Code.RESERVED_IDLE, Code.HELD_IDLE})
@@ -378,7 +379,7 @@ def _scale(
     if version < SCALE_VERSION:
         shown = ".".join(map(str, version))
         why = (
-            f"Nomad {shown} ignores the job index a scale carries (checked from 1.9): "
+            f"Nomad {shown} ignores the job index a scale carries (checked from 1.8.2): "
             "gpuledger does not scale a job that may have changed since it was planned"
         )
         return _Judged(PlanState.REFUSED, why, target)
