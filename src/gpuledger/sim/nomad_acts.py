@@ -165,9 +165,10 @@ def _jobs(fake: Any) -> ClusterJobs | None:
     fleet = fake.cluster
     if not isinstance(fleet, FleetSim):
         return None
-    if fake._jobs is None or fake._jobs.fleet is not fleet:
-        fake._jobs = ClusterJobs(fleet, fake.state.index)
-    jobs: ClusterJobs = fake._jobs
+    with fake._lock:  # two first requests at once read the fleet once
+        if fake._jobs is None or fake._jobs.fleet is not fleet:
+            fake._jobs = ClusterJobs(fleet, fake.state.index)
+        jobs: ClusterJobs = fake._jobs
     return jobs
 
 
