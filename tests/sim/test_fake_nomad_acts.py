@@ -438,3 +438,19 @@ def test_reads_are_not_recorded_as_writes(fake: FakeNomad) -> None:
     call(fake, "GET", SCALE)
     call(fake, "GET", "/v1/job/train-llm?namespace=research")
     assert fake.writes == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"[]", b'"s"', b"\xff\xfe", b'{"Target": 5}', b'{"Count": "1", "Target": {"Group": "g"}}',
+     b'{"Count": 1, "Target": {"Group": "train-llm"}, "EnforceIndex": true, '
+     b'"JobModifyIndex": "x"}'],
+)  # fmt: skip
+def test_a_body_go_cannot_decode_is_a_400_that_changes_nothing(fake: FakeNomad, raw: bytes) -> None:
+    assert call(fake, "POST", SCALE, raw=raw).status_code == 400
+    node = call(fake, "POST", f"/v1/node/{NODE_A}/eligibility", raw=raw)
+    assert node.status_code == 400 or (node.status_code, node.text) == (
+        500, 'invalid scheduling eligibility ""'  # a JSON object without Eligibility
+    )  # fmt: skip
+    assert call(fake, "GET", "/v1/job/train-llm?namespace=research").json()["Version"] == 0
+    assert call(fake, "GET", f"/v1/node/{NODE_A}").json()["SchedulingEligibility"] == "eligible"

@@ -58,7 +58,8 @@ What each answer follows (hashicorp/nomad at v1.6.5 unless named otherwise):
   the same eligibility again answers ``{NodeModifyIndex: 0, EvalIDs: null, EvalCreateIndex: 0,
   Index: 0}`` with no write; a change is one write to the node (``/v1/nodes``' index moves)
   and, back to eligible, one evaluation per job with allocations on it. ``NodeModifyIndex`` is
-  never set by that endpoint: always 0.
+  never set by that endpoint at v1.6.5: always 0 (the docs' sample, api-docs nodes.mdx "Toggle
+  Node Eligibility", shows it equal to ``Index``: a reader should not count on it).
 """
 
 from __future__ import annotations
@@ -201,8 +202,11 @@ def _decoded(request: _Request) -> dict[str, Any] | Answer:
         body = json.loads(request.body)
     except ValueError as error:
         return 400, f"invalid character in request body: {error}"
+    if body is None:  # Go decodes null into a struct as nothing at all
+        return {}
     if not isinstance(body, dict):
-        return 400, f"json: cannot unmarshal {type(body).__name__} into a request object"
+        kind = {str: "string", list: "array", bool: "bool"}.get(type(body), "number")
+        return 400, f"json: cannot unmarshal {kind} into Go value of the request"
     return body
 
 
@@ -318,9 +322,13 @@ def _scale_refusal(fake: FakeNomad, request: _Request, job_id: str,
 
 def _index_conflict(fake: FakeNomad, job: SimJob, body: dict[str, Any]) -> Answer | None:
     """The check-and-set of ``EnforceIndex``, on a Nomad that knows it (1.8.2 and later)."""
-    if fake.release < ENFORCE_INDEX_VERSION or body.get("EnforceIndex") is not True:
+    if fake.release < ENFORCE_INDEX_VERSION:
         return None
-    asked = body.get("JobModifyIndex") or 0
+    enforce, asked = body.get("EnforceIndex", False), body.get("JobModifyIndex", 0)
+    if not isinstance(enforce, bool) or not isinstance(asked, int) or isinstance(asked, bool):
+        return 400, "json: cannot unmarshal EnforceIndex (bool) or JobModifyIndex (uint64)"
+    if not enforce:
+        return None
     prefix = f"Enforcing job modify index {asked}"
     if asked == 0:
         return 500, f"{prefix}: job already exists"
@@ -454,9 +462,10 @@ def node_eligibility(fake: FakeNomad, request: _Request, match: re.Match[str]) -
     body = _decoded(request)
     if isinstance(body, tuple):
         return body
-    node_id, wanted = body.get("NodeID") or unquote(match[1]), body.get("Eligibility", "")
+    node_id, wanted = body.get("NodeID", ""), body.get("Eligibility", "")
     if not isinstance(node_id, str) or not isinstance(wanted, str):
         return 400, "json: cannot unmarshal into Go struct field of type string"
+    node_id = node_id or unquote(match[1])
     denied = guarded(fake.access, request.token, NODE_WRITE, None)
     if denied:
         return denied
