@@ -8,6 +8,10 @@ gpuledger's outside itself (an import-linter contract): a fake shares no code wi
 - ``proc``: a fake ``/proc`` tree (``cgroup``, ``cmdline``).
 - ``docker_api``: a fake Docker Engine (or Podman) API on a unix socket.
 - ``nomad_api``: the fake Nomad agent: its server, its scenario, and its requests' route table.
+- ``nomad_http``: the fake Nomad's HTTP handler (Nomad's headers, a blocked query cut).
+- ``nomad_jobs``: the simulated fleet's jobs and allocations as Nomad's servers hold them.
+- ``nomad_acts``: the fake Nomad's job reads and acts (job scale, allocation stop, node
+  eligibility), as v1.6 answers them, and the tests' knobs on them (faults, the writes).
 - ``nomad_payloads``: the fake Nomad's JSON (allocations, jobs, the node, agent/self).
 - ``nomad_acls``: the fake Nomad's ACL strings, capabilities and token checks.
 - ``nomad_blocking_state``: the fake Nomad's Raft-like index, blocking queries, ``stale``, faults.

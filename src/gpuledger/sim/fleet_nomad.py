@@ -90,7 +90,7 @@ class FleetNomad:
 
     def _nodes_key(self) -> object:
         nodes = list(self.sim.nodes.values())[: self.sim.nomad_limit]
-        return tuple((n.node_id, n.nomad_status, len(n.gpus)) for n in nodes)
+        return tuple((n.node_id, n.nomad_status, len(n.gpus), n.eligibility) for n in nodes)
 
     def _svc_key(self) -> object:
         return tuple((n.node_id, n.address, n.controller) for n in self.sim.nodes.values())

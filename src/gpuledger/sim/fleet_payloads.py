@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CARDS",
     "SIM_VERSION",
+    "alloc_id",
     "consul_entry",
     "iso",
     "ledger_doc",
@@ -43,8 +44,10 @@ def iso(at: float) -> str:
 # --------------------------------------------------------------------------- the ledger
 
 
-def _alloc_id(node: SimNode, gpu: SimGpu) -> str:
-    return sim_uuid(node.node_id, "alloc", gpu.job, gpu.index // 2)
+def alloc_id(node: SimNode, gpu: SimGpu) -> str:
+    """The allocation of the GPU's job there: one per node, job and pair of GPUs, unless Nomad
+    placed another since (``SimGpu.alloc``)."""
+    return gpu.alloc or sim_uuid(node.node_id, "alloc", gpu.job, gpu.index // 2)
 
 
 OWNERS = {
@@ -66,7 +69,7 @@ def _owned(namespace: str, job: str) -> dict[str, Any]:
 
 def _tenant(node: SimNode, gpu: SimGpu) -> dict[str, Any]:
     namespace, job, task = gpu.job or ("default", "stray", "main")
-    alloc = {"id": _alloc_id(node, gpu), "namespace": namespace, "job": job, "group": job,
+    alloc = {"id": alloc_id(node, gpu), "namespace": namespace, "job": job, "group": job,
              "task": task, **_owned(namespace, job)}  # fmt: skip
     if gpu.tenant == "unmanaged":
         return {"pid": 7000 + gpu.index, "process": "python3", "command": "python3 notebook.py",
@@ -91,7 +94,7 @@ def _gpu_doc(node: SimNode, gpu: SimGpu) -> dict[str, Any]:
     reservation = None
     if gpu.job is not None and gpu.tenant != "unreserved":
         namespace, job, task = gpu.job
-        reservation = {"allocId": _alloc_id(node, gpu), "namespace": namespace, "job": job,
+        reservation = {"allocId": alloc_id(node, gpu), "namespace": namespace, "job": job,
                        "group": job, "task": task, **_owned(namespace, job)}  # fmt: skip
     busy = gpu.tenant is not None
     return {
@@ -190,7 +193,7 @@ def _findings(node: SimNode, at: float) -> list[dict[str, Any]]:
             found.append(_finding(node, gpu, code, level, message, subject, gpu.since))
         elif gpu.state == "reserved-idle" and at - gpu.since > 6 * 3600 and gpu.job:
             namespace, job, task = gpu.job
-            subject = {"alloc": _alloc_id(node, gpu), "namespace": namespace, "job": job,
+            subject = {"alloc": alloc_id(node, gpu), "namespace": namespace, "job": job,
                        "task": task}  # fmt: skip
             message = f"GPU {gpu.index} is reserved by job {job} and idle"
             found.append(_finding(node, gpu, "reserved-idle", "WARN", message, subject,
@@ -265,9 +268,9 @@ def nomad_stub(node: SimNode, resources: bool) -> dict[str, Any]:
     stub: dict[str, Any] = {
         "Address": node.address, "ID": node.node_id, "Datacenter": "dc1", "Name": node.name,
         "NodeClass": "gpu" if node.gpus else "", "NodePool": "default", "Version": "1.11.3",
-        "Drain": False, "SchedulingEligibility": "eligible", "Status": node.nomad_status,
+        "Drain": False, "SchedulingEligibility": node.eligibility, "Status": node.nomad_status,
         "StatusDescription": "", "Drivers": {"docker": {"Detected": True, "Healthy": True}},
-        "HostVolumes": None, "LastDrain": None, "CreateIndex": 7, "ModifyIndex": 12,
+        "HostVolumes": None, "LastDrain": None, "CreateIndex": 7, "ModifyIndex": node.modify_index,
     }  # fmt: skip
     if resources:
         groups: dict[str, list[str]] = {}

@@ -88,6 +88,9 @@ class SimGpu:
     job: tuple[str, str, str] | None = None
     """(namespace, job, task) of the reserving allocation."""
     tenant: Literal["own", "unreserved", "unmanaged"] | None = None
+    alloc: str | None = None
+    """The allocation that runs there when Nomad placed a new one (a replacement); ``None``:
+    the one the fleet was made with (``fleet_payloads.alloc_id``)."""
 
 
 @dataclass
@@ -111,6 +114,10 @@ class SimNode:
     claims: str | None = None
     """The Nomad node id its ledger claims instead of its own (a forged ledger); ``None``: its
     own."""
+    eligibility: str = "eligible"
+    """Its ``SchedulingEligibility`` in Nomad (``ineligible``: no new placement there)."""
+    modify_index: int = 12
+    """Its ``ModifyIndex`` in Nomad: every write to the node raises it."""
 
 
 # --------------------------------------------------------------------------- making a fleet
@@ -415,7 +422,8 @@ class FleetSim:
 
     def nomad_nodes_json(self, resources: bool) -> bytes:
         """The same, encoded once per view: what Nomad knows of a node does not drift here."""
-        key = (resources, self.nomad_limit, tuple(n.nomad_status for n in self.nodes.values()))
+        key = (resources, self.nomad_limit,
+               tuple((n.nomad_status, n.modify_index) for n in self.nodes.values()))  # fmt: skip
         if self._nomad_json[0] != key:
             self._nomad_json = (key, json.dumps(self.nomad_nodes(resources)).encode())
         return self._nomad_json[1]

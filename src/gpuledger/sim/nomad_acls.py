@@ -12,10 +12,14 @@ from typing import Protocol
 
 __all__ = [
     "AGENT_READ",
+    "ALLOC_LIFECYCLE",
     "NODE_READ",
     "NODE_WRITE",
     "PERMISSION_DENIED",
     "READ_JOB",
+    "READ_JOB_SCALING",
+    "SCALE_JOB",
+    "SUBMIT_JOB",
     "TOKEN_EXPIRED",
     "TOKEN_NOT_FOUND",
     "UUID_LOOKUP_FAILED",
@@ -50,6 +54,14 @@ VARIABLES_READ = "variables:read"
 VARIABLES_WRITE = "variables:write"
 VARIABLES_LIST = "variables:list"
 VARIABLES_DESTROY = "variables:destroy"
+# The namespace capabilities of the acts (docs/other-specifications/acl-policy.mdx): a job's
+# scale takes scale-job or submit-job (nomad/job_endpoint.go Job.Scale at v1.6.5), its scale
+# status read-job or read-job-scaling (Job.ScaleStatus), an allocation's stop alloc-lifecycle
+# (nomad/alloc_endpoint.go Alloc.Stop), a node's eligibility node:write (Node.UpdateEligibility).
+SCALE_JOB = "scale-job"
+SUBMIT_JOB = "submit-job"
+READ_JOB_SCALING = "read-job-scaling"
+ALLOC_LIFECYCLE = "alloc-lifecycle"
 
 
 class AccessControl(Protocol):
@@ -71,13 +83,15 @@ class AccessControl(Protocol):
 
 @dataclass
 class Access:
-    """Simple rules: one required token, and namespaces no token may read.
+    """Simple rules: one required token, namespaces no token may read, and capabilities no
+    token has (``refused``: ``{"scale-job", "node:write"}``, in every namespace).
 
     The tests' ``nomad_acl.AclAccess`` is the real thing: tokens bound to policies.
     """
 
     required_token: str | None = None
     hidden_namespaces: set[str] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)
 
     @property
     def enabled(self) -> bool:
@@ -96,6 +110,8 @@ class Access:
         if refused:
             return refused
         if capability == READ_JOB and namespace in self.hidden_namespaces:
+            return 403, PERMISSION_DENIED
+        if capability in self.refused:
             return 403, PERMISSION_DENIED
         return 0, ""
 

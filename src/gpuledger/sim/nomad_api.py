@@ -1,7 +1,9 @@
 """A fake Nomad HTTP API: the endpoints gpuledger reads, served from simple allocation specs.
 
 This module is the server: :class:`FakeNomad` (the agent, its scenario and its answers, each
-request routed by one table, ``_ROUTES``), :class:`TrackingTcpServer` and the HTTP handler.
+request routed by one table, ``_ROUTES``); the HTTP handler is ``sim/nomad_http.py``'s. Served a
+``FleetSim`` (``cluster``), it answers the fleet's jobs and the acts on them
+(``sim/nomad_acts.py``: job scale, allocation stop, node eligibility, their knobs).
 Responses are shaped like Nomad's (``sim/nomad_payloads.py``), plain-text error bodies; dynamic
 node metadata is ``sim/nomad_metadata.py``'s. It shares no code with the collector it fakes.
 
@@ -13,20 +15,16 @@ the routes.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
-import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from gpuledger.sim import nomad_payloads, nomad_reads
+from gpuledger.sim import nomad_acts, nomad_payloads, nomad_reads
 from gpuledger.sim.nomad_acls import (
     AGENT_READ,
     NODE_READ,
@@ -41,12 +39,12 @@ from gpuledger.sim.nomad_acls import (
     guarded,
     resolves_as_uuid_only,
 )
+from gpuledger.sim.nomad_acts import ActKnobs
 from gpuledger.sim.nomad_blocking_state import (
-    BlockingAnswer,
     BlockingKnobs,
     BlockingState,
-    Ended,
 )
+from gpuledger.sim.nomad_http import INTERNAL_ERROR, NomadHandler
 from gpuledger.sim.nomad_metadata import (
     DEFAULT_STATIC_META,
     INVALID_METHOD,
@@ -77,7 +75,6 @@ __all__ = [
 Fault = Literal["403", "500", "expired", "down"]
 
 NOMAD_VERSION = "1.11.3"
-INTERNAL_ERROR = "rpc error: No cluster leader"
 # The answer to every request while a fault (but ``down``) is on.
 _FAULT_ANSWERS: dict[str, tuple[int, str]] = {
     "403": (403, PERMISSION_DENIED),
@@ -101,104 +98,6 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in core.split(".") if part.isdigit())
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "Nomad"
-    timeout = 30
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: tests read ``FakeNomad.requests`` instead."""
-
-    def handle(self) -> None:
-        """A client that leaves (a watcher stopped mid-wait) is no error of the server's."""
-        with contextlib.suppress(ConnectionError):
-            super().handle()
-
-    def do_GET(self) -> None:
-        """Route one GET."""
-        self._answer()
-
-    def do_POST(self) -> None:
-        """Route one POST."""
-        self._answer()
-
-    def do_PUT(self) -> None:
-        """Route one PUT (405 everywhere here)."""
-        self._answer()
-
-    def do_DELETE(self) -> None:
-        """Route one DELETE (405 everywhere here)."""
-        self._answer()
-
-    def _answer(self) -> None:
-        fake: FakeNomad = self.server.fake  # type: ignore[attr-defined]
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length > 0 else b""
-        status, answer = fake.answer(self.command, self.path, self._token(), body)
-        self._send(status, answer)
-
-    def _token(self) -> str | None:
-        token = self.headers.get("X-Nomad-Token")
-        if token:
-            return token
-        auth = self.headers.get("Authorization") or ""
-        scheme, _, value = auth.partition(" ")
-        return value.strip() or None if scheme.lower() == "bearer" else None
-
-    def _send(self, status: int, body: Any) -> None:
-        fake: FakeNomad = self.server.fake  # type: ignore[attr-defined]
-        if isinstance(body, Ended):
-            self._end(fake, body)
-            return
-        meta = body if isinstance(body, BlockingAnswer) else None
-        body = meta.body if meta is not None else body
-        data, content_type = _encoded(body)
-        fake.count(self.path, len(data))
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        if meta is not None:
-            if meta.index is not None:
-                self.send_header("X-Nomad-Index", str(meta.index))
-            self.send_header("X-Nomad-KnownLeader", "true" if meta.known_leader else "false")
-            self.send_header("X-Nomad-LastContact", str(meta.last_contact_ms))
-        elif status == 200:
-            self.send_header("X-Nomad-Index", str(fake.index))
-            self.send_header("X-Nomad-KnownLeader", "true")
-            self.send_header("X-Nomad-LastContact", "0")
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _end(self, fake: FakeNomad, ended: Ended) -> None:
-        """A blocked query that ends without its answer: a 500, or the connection cut."""
-        if ended.kind == "500":
-            self._send(500, INTERNAL_ERROR)
-            return
-        self.close_connection = True
-        if ended.kind == "cut-mid-body":
-            data, content_type = _encoded(ended.body)
-            fake.count(self.path, len(data) // 2)
-            self.send_response(200)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data[: len(data) // 2])
-            self.wfile.flush()
-        else:
-            fake.count(self.path, 0)
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
-
-
-def _encoded(body: Any) -> tuple[bytes, str]:
-    if isinstance(body, str):
-        return body.encode(), "text/plain; charset=utf-8"
-    # JSON already encoded (a large cluster's node list), or a value to encode.
-    return (
-        body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
-    ), "application/json"
-
-
 @dataclass(frozen=True)
 class _Request:
     """One request as the routes see it."""
@@ -210,7 +109,7 @@ class _Request:
     body: bytes
 
 
-class FakeNomad(BlockingKnobs):
+class FakeNomad(BlockingKnobs, ActKnobs):
     """A Nomad agent (client) on loopback TCP, optionally TLS, or on a unix socket."""
 
     def __init__(
@@ -265,6 +164,7 @@ class FakeNomad(BlockingKnobs):
         self.metadata = ClientMetadata(self.static_meta, self.meta_sync_delay)
         """The client's metadata: static, dynamic, and the servers' copy."""
         self.variables = VariableStore(self.state)  # /v1/var/:path, /v1/vars (sim/nomad_vars.py)
+        self._init_acts()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -273,9 +173,9 @@ class FakeNomad(BlockingKnobs):
         server: TrackingTcpServer | TrackingUnixServer
         if self.unix_socket is not None:
             self.unix_socket.unlink(missing_ok=True)
-            server = TrackingUnixServer(str(self.unix_socket), _Handler)
+            server = TrackingUnixServer(str(self.unix_socket), NomadHandler)
         else:
-            server = TrackingTcpServer(("127.0.0.1", self.port), _Handler)
+            server = TrackingTcpServer(("127.0.0.1", self.port), NomadHandler)
             self.port = server.server_address[1]
         server._track_init()
         server.fake = self
@@ -483,6 +383,7 @@ class FakeNomad(BlockingKnobs):
             return refused
         with self._lock:
             alloc = None if alloc_id in self._gone else self._allocs.get(alloc_id)
+        alloc = alloc or nomad_acts.cluster_alloc(self, alloc_id)
         if alloc is None:
             return 404, "alloc not found"
         return guarded(self.access, token, READ_JOB, alloc["Namespace"]) or (200, alloc)
@@ -576,6 +477,27 @@ _ROUTES: tuple[_Route, ...] = (
     _Route("GET", re.compile(r"^/v1/allocations$"), FakeNomad._alloc_list, "/v1/allocations"),
     _Route(
         "GET", re.compile(r"^/v1/allocation/([^/]+)$"), FakeNomad._allocation, "/v1/allocation/:id"
+    ),
+    # The cluster's jobs and the acts on them (sim/nomad_acts.py); each checks its own methods.
+    _Route("GET", re.compile(r"^/v1/job/([^/]+)$"), nomad_acts.job_read, "/v1/job/:id"),
+    _Route(
+        "GET",
+        re.compile(r"^/v1/job/([^/]+)/allocations$"),
+        nomad_acts.job_allocations,
+        "/v1/job/:id/allocations",
+    ),
+    _Route(None, re.compile(r"^/v1/job/([^/]+)/scale$"), nomad_acts.job_scale, "/v1/job/:id/scale"),
+    _Route(
+        None,
+        re.compile(r"^/v1/allocation/([^/]+)/stop$"),
+        nomad_acts.alloc_stop,
+        "/v1/allocation/:id/stop",
+    ),
+    _Route(
+        None,
+        re.compile(r"^/v1/node/([^/]+)/eligibility$"),
+        nomad_acts.node_eligibility,
+        "/v1/node/:id/eligibility",
     ),
 )
 

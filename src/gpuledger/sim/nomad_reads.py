@@ -31,6 +31,7 @@ __all__ = [
     "FILTER_ERROR",
     "alloc_list",
     "allocs_filter",
+    "blocking",
     "node_allocs",
     "node_list",
     "service_list",
@@ -60,9 +61,11 @@ def _options(fake: FakeNomad, query: str) -> QueryOptions | tuple[int, str]:
     return options
 
 
-def _blocking(
+def blocking(
     fake: FakeNomad, query: str, refuse: Callable[[], tuple[int, str] | None], run: Run
 ) -> tuple[int, Any]:
+    """A blocking read: its query's options (a 400, or no leader's 500, first), ``refuse``'s
+    ACL answer, then ``run`` (its index and body) until the index passes the one asked."""
     options = _options(fake, query)
     if isinstance(options, tuple):
         return options
@@ -106,7 +109,7 @@ def node_allocs(fake: FakeNomad, query: str, token: str | None, node_id: str) ->
         highest = max([highest, *(a["ModifyIndex"] for a in allocs)])
         return highest, [a for a in allocs if readable(a["Namespace"])]
 
-    return _blocking(fake, query, lambda: guarded(fake.access, token, NODE_READ, None), run)
+    return blocking(fake, query, lambda: guarded(fake.access, token, NODE_READ, None), run)
 
 
 def node_list(fake: FakeNomad, query: str, token: str | None) -> tuple[int, Any]:
@@ -120,7 +123,7 @@ def node_list(fake: FakeNomad, query: str, token: str | None) -> tuple[int, Any]
     def run() -> tuple[int, Any]:
         return fake.state.table_index("nodes"), cluster.nomad_nodes_json(with_resources)
 
-    return _blocking(fake, query, lambda: guarded(fake.access, token, NODE_READ, None), run)
+    return blocking(fake, query, lambda: guarded(fake.access, token, NODE_READ, None), run)
 
 
 def service_list(fake: FakeNomad, query: str, token: str | None, name: str) -> tuple[int, Any]:
@@ -140,7 +143,7 @@ def service_list(fake: FakeNomad, query: str, token: str | None, name: str) -> t
         found = [r for r in cluster.nomad_services(unquote(name)) if r["Namespace"] == namespace]
         return max(1, fake.state.table_index("services")), found
 
-    return _blocking(fake, query, refuse, run)
+    return blocking(fake, query, refuse, run)
 
 
 def _go_bool(query: Mapping[str, list[str]], field: str) -> bool | str | None:
@@ -210,4 +213,4 @@ def alloc_list(fake: FakeNomad, query: str, token: str | None) -> tuple[int, Any
         ]
         return fake.state.table_index("allocs"), chosen
 
-    return _blocking(fake, query, refuse, run)
+    return blocking(fake, query, refuse, run)
