@@ -205,6 +205,18 @@ def test_a_refusal_is_recorded_with_nomads_answer(tmp_path: Path) -> None:
     (refused,) = [e for e in read_audit_file(tmp_path / "audit.jsonl").events
                   if e.event == "act.refused"]  # fmt: skip
     assert refused.answer == why
+    # Refused, it is not sent again at every sweep: for 15 minutes it stays refused, then is
+    # tried again (a token mended meanwhile is used).
+    for _ in range(20):
+        clock.tick(30)
+        again = actor.step(_fleet(clock), POLICY)
+    assert len(nomad.sent) == 1
+    assert again.plan[0].state is PlanState.REFUSED
+    clock.tick(600)
+    for _ in range(2):
+        clock.tick(30)
+        actor.step(_fleet(clock), POLICY)
+    assert len(nomad.sent) == 2
 
 
 def test_what_was_done_counts_after_a_restart(tmp_path: Path) -> None:

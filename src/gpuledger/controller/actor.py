@@ -55,6 +55,9 @@ from gpuledger.policy.rules import Policy
 
 log = structlog.get_logger("gpuledger.actions")
 
+REFUSAL_KEPT = timedelta(minutes=15)
+"""How long an act Nomad refused (a 4xx: a capability, a bad request) stays refused before it
+is tried again: a token mended is tried within it, a token not mended is not hammered."""
 VERSION_KEPT = timedelta(minutes=10)
 """How long Nomad's version, once read, is trusted before it is read again."""
 RECENT_EVENTS = 20
@@ -142,6 +145,8 @@ class Actor:
         self._recent: deque[AuditEvent] = deque(maxlen=RECENT_EVENTS)
         self._tried: Counter[tuple[str, str]] = Counter()
         self._version: tuple[tuple[int, ...] | str, float] | None = None
+        self._refused: dict[str, tuple[float, PlannedAct]] = {}
+        """Acts Nomad refused, by key: held as refused for ``REFUSAL_KEPT``."""
         self._done: list[Done] = self._done_before()
         self._webhooks = Webhooks()
 
@@ -163,6 +168,7 @@ class Actor:
         found = candidates(fleet, policy.actions)
         facts = self._facts(found)
         plan = plan_acts(found, facts, policy.acting, self.config.owner_keys, now, self._done)
+        plan = tuple(self._still_refused(p) for p in plan)
         self._audit_changes(plan, now)
         previous, lock = self._previous, None
         if self.config.mode is ActMode.APPLY and self.keeper is not None:
@@ -219,6 +225,18 @@ class Actor:
         self._version = (version, mono)
         return version
 
+    def _still_refused(self, p: PlannedAct) -> PlannedAct:
+        """A due act Nomad refused within ``REFUSAL_KEPT``: refused still, as it was."""
+        kept = self._refused.get(p.key)
+        if kept is None:
+            return p
+        if self.clock.monotonic() - kept[0] >= REFUSAL_KEPT.total_seconds():
+            del self._refused[p.key]
+            return p
+        if p.state is not PlanState.DUE:
+            return p
+        return replace(p, state=PlanState.REFUSED, why=kept[1].why)
+
     # ---------------------------------------------------------------- audit
 
     def _record(self, event: str, act: PlannedAct | None, answer: str | None = None) -> None:
@@ -271,8 +289,11 @@ class Actor:
         event = "act.refused" if outcome.result is Result.REFUSED else "act.failed"
         why = _why_not(outcome)
         state = PlanState.REFUSED if outcome.result is Result.REFUSED else PlanState.HELD
-        self._record(event, replace(p, state=state, why=why), outcome.answer)
-        return replace(p, state=state, why=why)
+        after = replace(p, state=state, why=why)
+        if outcome.result is Result.REFUSED:
+            self._refused[p.key] = (self.clock.monotonic(), after)
+        self._record(event, after, outcome.answer)
+        return after
 
     def _do(self, p: PlannedAct) -> Outcome:
         t, acts = p.target, self._acts
