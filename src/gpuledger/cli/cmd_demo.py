@@ -6,7 +6,7 @@ import argparse
 from typing import TextIO
 
 from gpuledger.cli import flags
-from gpuledger.errors import ExitCode
+from gpuledger.errors import ExitCode, UsageError
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +28,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="a simulated fleet instead, watched by gpuledger fleet serve",
     )
     parser.add_argument(
+        "--act",
+        choices=("plan", "apply"),
+        help="with --fleet: the demo's actions planned (plan) or done to the simulated Nomad "
+        "(apply) by the fleet controller",
+    )
+    parser.add_argument(
         "--report",
         action="store_true",
         help="print the real report by owner of a simulated week: the bill, priced, with notes",
@@ -36,6 +42,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     """The simulated node (or fleet), served until Ctrl-C; ``--json``: one read of it."""
+    if args.act and not args.fleet:
+        raise UsageError(
+            "--act needs --fleet: only the fleet controller acts (demo --fleet --act plan)"
+        )
     if args.report:
         from gpuledger.commands.demo_report import run_demo_report  # noqa: PLC0415
 
@@ -43,7 +53,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.fleet:
         from gpuledger.commands.demo_fleet import run_fleet_demo  # noqa: PLC0415
 
-        return run_fleet_demo(out)
+        return run_fleet_demo(out, act=args.act)
     from gpuledger.commands.demo import run_demo  # noqa: PLC0415 - the simulator loads only here
 
     scenario = "mig" if args.mig else "demo"

@@ -9,8 +9,10 @@ a real cluster, and its URL is printed; every ``DRIFT_EVERY_S`` some nodes chang
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from gpuledger.commands.demo import port_free, run_watched, terminated_as_interrupted
@@ -32,22 +34,55 @@ ENDPOINTS = (
 )
 
 
+DEMO_ACTIONS = """\
+# The demo's actions (docs: actions.md): planned, shown on /fleet and the page; with
+# demo --fleet --act apply, done to the simulated Nomad.
+version: 1
+acting:
+  max_per_hour: 10
+actions:
+  - on: reserved-idle
+    after: 2h
+    act: scale-down
+  - on: unreserved-tenant
+    after: 30m
+    act: stop-allocation
+  - on: gpu-unhealthy
+    after: 10m
+    act: node-ineligible
+"""
+
+
 def run_fleet_demo(
     out: TextIO,
     *,
     stop: threading.Event | None = None,
     listen: str | None = None,
     drift_every: float = DRIFT_EVERY_S,
+    act: str | None = None,
 ) -> ExitCode:
-    """Serve the drifting simulated fleet until Ctrl-C (or ``stop``)."""
-    with terminated_as_interrupted():
+    """Serve the drifting simulated fleet until Ctrl-C (or ``stop``); with ``act`` (``plan`` or
+    ``apply``), the demo's actions planned (and done) by the fleet controller."""
+    with terminated_as_interrupted(), tempfile.TemporaryDirectory(prefix="gpuledger-demo-") as tmp:
         try:
-            return _run(out, stop or threading.Event(), listen, drift_every)
+            return _run(out, stop or threading.Event(), listen, drift_every, _acting(act, tmp))
         except KeyboardInterrupt:
             return ExitCode.OK
 
 
-def _run(out: TextIO, stop: threading.Event, listen: str | None, drift_every: float) -> ExitCode:
+def _acting(act: str | None, folder: str) -> list[str]:
+    """The flags of the demo's actions: its policy and audit file in ``folder``."""
+    if act is None:
+        return []
+    policy = Path(folder) / "actions.yaml"
+    policy.write_text(DEMO_ACTIONS, encoding="utf-8")
+    audit = Path(folder) / "audit.jsonl"
+    return ["--policy", str(policy), "--act", act, "--audit-file", str(audit)]
+
+
+def _run(
+    out: TextIO, stop: threading.Event, listen: str | None, drift_every: float, acting: list[str]
+) -> ExitCode:
     sim = FleetSim(mixed_nodes(healthy=8), own_addresses=True)
     consul = FakeConsul(sim.consul_entries)
     nomad = FakeNomad("00000000-0000-4000-8000-00000000f1ee", "nomad-server")
@@ -59,7 +94,7 @@ def _run(out: TextIO, stop: threading.Event, listen: str | None, drift_every: fl
         flags = [
             "--listen", listen or (FLEET_LISTEN if port_free(FLEET_LISTEN) else "127.0.0.1:0"),
             "--interval", FLEET_INTERVAL, "--timeout", "2s",
-            "--consul", consul.url, "--nomad-addr", nomad.url,
+            "--consul", consul.url, "--nomad-addr", nomad.url, *acting,
         ]  # fmt: skip
         sources = DemoSources(consul.url, nomad.url)
         return _watch(sim, sources, flags, out, stop, drift_every)
@@ -92,13 +127,14 @@ def _watch(
         stop,
         drift_every,
         lambda: f"{counted(sim.drift(0.3), 'node')} drifted",
-        lambda url: _introduce(out, url, sim, sources, drift_every),
+        lambda url: _introduce(out, url, sim, sources, drift_every, flags),
     )
 
 
 def _introduce(
-    out: TextIO, url: str, sim: FleetSim, sources: DemoSources, drift_every: float
-) -> None:
+    out: TextIO, url: str, sim: FleetSim, sources: DemoSources, drift_every: float,
+    flags: list[str],
+) -> None:  # fmt: skip
     out.write(
         f"A simulated Nomad GPU cluster of {len(sim.nodes)} nodes (their gpuledger controllers, "
         f"Consul and Nomad), watched by gpuledger fleet serve every {FLEET_INTERVAL}. Open:\n"
@@ -116,4 +152,11 @@ def _introduce(
         "serve --consul (or --nomad-service gpuledger, or --targets URL,...)\nCtrl-C stops the "
         "demo.\n\n"
     )
+    if "--act" in flags:
+        out.write(
+            f"The fleet plans the demo's actions ({flags[flags.index('--act') + 1]}): see "
+            f"{url}fleet (actions) and the page's Actions; the plan once:\n  gpuledger fleet plan "
+            f"--consul {sources.consul} --nomad-addr {sources.nomad} --policy "
+            f"{flags[flags.index('--policy') + 1]}\n\n"
+        )
     out.flush()
