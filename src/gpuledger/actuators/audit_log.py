@@ -25,7 +25,7 @@ from gpuledger.actuators.nomad_acts import NomadActs, Result
 from gpuledger.errors import ConfigError, ContractError, SourceError
 from gpuledger.model.action_docs import audit_doc, read_audit
 from gpuledger.model.actions import AuditEvent
-from gpuledger.model.text import excerpt
+from gpuledger.model.text import excerpt, text_of
 
 log = structlog.get_logger("gpuledger.actions")
 
@@ -91,7 +91,7 @@ class AuditLog:
                     os.fsync(handle.fileno())
                 self.failing = None
             except OSError as err:
-                self.failing = f"{excerpt(str(self.path))}: {err.strerror or err}"
+                self.failing = f"{text_of(str(self.path))}: {err.strerror or err}"
                 log.error("audit.write_failed", file=str(self.path), error=self.failing)  # noqa: TRY400
         if self.variables is not None:
             self.variables.append(event.at, doc)

@@ -1,0 +1,73 @@
+"""The audit (``actuators/audit_log.py``): JSON lines that survive a restart and a cut line, and
+the Variable per day kept in the simulated Nomad (``sim/nomad_vars.py``) with check-and-set."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from gpuledger.actuators.audit_log import (
+    AUDIT_PREFIX,
+    AuditLog,
+    AuditVariables,
+    read_audit_file,
+)
+from gpuledger.actuators.nomad_acts import NomadActs
+from gpuledger.collectors.nomad_transport import NomadSettings
+from gpuledger.model import Code
+from gpuledger.model.actions import Act, ActTarget, AuditEvent, PlannedAct, PlanState
+from gpuledger.sim.nomad_api import FakeNomad
+
+AT = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
+
+
+def _act(key: str = "scale-down:a1") -> PlannedAct:
+    return PlannedAct(key, Act.SCALE_DOWN, ActTarget("n1", "gpu-1", "default", "notebook",
+                      "notebook", "a1"), Code.RESERVED_IDLE, "GPU 0 is idle", AT - timedelta(
+                      hours=24), AT - timedelta(hours=22), PlanState.DONE, "done", 4, 42, (1, 0))  # fmt: skip
+
+
+def test_the_file_keeps_every_event_as_it_was(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.append(AuditEvent(AT, "plan.added", "fleet-a", _act()))
+    log.append(AuditEvent(AT + timedelta(seconds=30), "act.done", "fleet-a", _act(),
+                          '{"EvalID":"e1"}'))  # fmt: skip
+    read = read_audit_file(tmp_path / "audit.jsonl")
+    assert read.skipped == 0
+    assert [e.event for e in read.events] == ["plan.added", "act.done"]
+    done = read.events[1]
+    assert done.act == _act()
+    assert done.answer == '{"EvalID":"e1"}'
+    assert [e.event for e in read_audit_file(tmp_path / "audit.jsonl", AT + timedelta(seconds=1)
+                                             ).events] == ["act.done"]  # fmt: skip
+
+
+def test_hostile_lines_are_skipped_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    AuditLog(path).append(AuditEvent(AT, "plan.added", "fleet-a", _act()))
+    with path.open("a") as f:
+        f.write("[1, 2]\n" + '{"at": 5}\n' + "\x00\xff garbage\n" + "[" * 100000 + "\n")
+        f.write(json.dumps({"at": "2026-12-03T12:00:00Z", "event": "x", "actor": "y",
+                            "act": {"action": "explode"}}) + "\n")  # fmt: skip
+    read = read_audit_file(path)
+    assert (len(read.events), read.skipped) == (1, 5)
+
+
+def test_an_unwritable_file_is_reported_not_raised(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "missing" / "audit.jsonl")
+    log.append(AuditEvent(AT, "plan.added", "fleet-a", _act()))
+    assert log.failing is not None and "audit.jsonl" in log.failing
+
+
+def test_a_variable_per_day_with_one_item_per_event() -> None:
+    with FakeNomad("00000000-0000-4000-8000-00000000f1ee") as fake:
+        variables = AuditVariables(NomadActs(NomadSettings(addr=fake.url, timeout=2.0)))
+        variables.append(AT, {"event": "plan.added"})
+        variables.append(AT, {"event": "act.done"})
+        variables.append(AT + timedelta(days=1), {"event": "plan.dropped"})
+        today = fake.variables.items(f"{AUDIT_PREFIX}/2026-12-03")
+        assert today == {"000000": '{"event":"plan.added"}', "000001": '{"event":"act.done"}'}
+        assert fake.variables.items(f"{AUDIT_PREFIX}/2026-12-04") == {
+            "000000": '{"event":"plan.dropped"}'}  # fmt: skip
+        assert variables.failing is None
