@@ -23,9 +23,10 @@ AT = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
 
 
 def _act(key: str = "scale-down:a1") -> PlannedAct:
-    return PlannedAct(key, Act.SCALE_DOWN, ActTarget("n1", "gpu-1", "default", "notebook",
-                      "notebook", "a1"), Code.RESERVED_IDLE, "GPU 0 is idle", AT - timedelta(
-                      hours=24), AT - timedelta(hours=22), PlanState.DONE, "done", 4, 42, (1, 0))  # fmt: skip
+    target = ActTarget("n1", "gpu-1", "default", "notebook", "notebook", "a1")
+    since, due = AT - timedelta(hours=24), AT - timedelta(hours=22)
+    return PlannedAct(key, Act.SCALE_DOWN, target, Code.RESERVED_IDLE, "GPU 0 is idle", since,
+                      due, PlanState.DONE, "done", 4, 42, (1, 0))  # fmt: skip
 
 
 def test_the_file_keeps_every_event_as_it_was(tmp_path: Path) -> None:
