@@ -91,7 +91,9 @@ def _matches(glob: str | None, value: object) -> bool:
     return glob is None or (isinstance(value, str) and fnmatch.fnmatchcase(value, glob))
 
 
-def _takes(rule: ActionRule, finding: Finding) -> bool:
+def takes(rule: ActionRule, finding: Finding) -> bool:
+    """Whether ``rule`` takes ``finding``: its code, and its ``where`` globs on the finding's
+    node, namespace and job (a glob never matches an unknown value)."""
     subject = finding.subject
     where = rule.where
     return (
@@ -100,6 +102,11 @@ def _takes(rule: ActionRule, finding: Finding) -> bool:
         and _matches(where.get("namespace"), subject.get("namespace"))
         and _matches(where.get("job"), subject.get("job"))
     )
+
+
+def action_for(actions: Sequence[ActionRule], finding: Finding) -> ActionRule | None:
+    """The first action in file order that takes ``finding``, if one does."""
+    return next((r for r in actions if takes(r, finding)), None)
 
 
 def candidates(fleet: Fleet, actions: Sequence[ActionRule]) -> tuple[Candidate, ...]:
@@ -119,7 +126,7 @@ def candidates(fleet: Fleet, actions: Sequence[ActionRule]) -> tuple[Candidate, 
     found: dict[str, Candidate] = {}
     for finding in fleet.findings:
         at = nodes.get(finding.node)
-        rule = next((r for r in actions if _takes(r, finding)), None)
+        rule = action_for(actions, finding)
         if at is None or rule is None:
             continue
         candidate = Candidate(rule, finding, at, blind.get(finding.node))

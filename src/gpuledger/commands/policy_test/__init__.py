@@ -6,9 +6,11 @@ or a scenario ``.yaml`` beside the test file) read through the real collectors â
 how long each GPU has been as it is (``history``). The case passes when the findings the policy
 gives are exactly the expected ones: each expected finding matches one given finding by
 ``code``, ``level``, ``gpu`` (its index, its UUID, or null for a node-wide finding; left out,
-any) and ``subject`` (the keys given must be equal; others are not compared). ``codes`` limits
-both sides to those codes. A failing case prints a unified diff whose ``+`` lines can be pasted
-into the file.
+any) and ``subject`` (the keys given must be equal; others are not compared), and, with
+``act`` (and ``after``), what the policy's ``actions`` do with it: the act of the first action
+that takes it (``notify`` for one without an act, ``none`` when no action does) and its grace.
+``codes`` limits both sides to those codes. A failing case prints a unified diff whose ``+``
+lines can be pasted into the file.
 
 ::
 
@@ -38,13 +40,16 @@ validate is a usage error (exit 2) listing every problem as ``FILE:LINE:COLUMN: 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from gpuledger.commands.policy_test.case_ledgers import AT, Scenarios, inline_ledger, since_of
-from gpuledger.commands.policy_test.compare import compare
+from gpuledger.commands.policy_test.compare import ActOf, compare
 from gpuledger.commands.policy_test.suite import Case, Suite, load_suite
+from gpuledger.core.act_plan import action_for
 from gpuledger.errors import ConfigError, ExitCode, PolicyError
+from gpuledger.model import Finding
 from gpuledger.policy.evaluate import evaluate
+from gpuledger.policy.rules import Policy
 
 __all__ = ["run_case", "run_policy_tests"]
 
@@ -62,7 +67,23 @@ def run_case(suite: Suite, case: Case, scenarios: Scenarios) -> list[str]:
     else:
         expected = list(doc["expect"])
     index_of = {lgpu.gpu.uuid: lgpu.gpu.index for lgpu in ledger.gpus}
-    return compare(expected, findings, index_of)
+    return compare(expected, findings, index_of, _act_of(suite.policy))
+
+
+def _act_of(policy: Policy) -> ActOf:
+    """What the policy's actions do with a finding (nothing shown when it has none)."""
+    if not policy.actions:
+        return lambda f: {}
+
+    def act_of(f: Finding) -> dict[str, Any]:
+        rule = action_for(policy.actions, f)
+        if rule is None:
+            return {"act": "none"}
+        if rule.act is None:
+            return {"act": "notify"}
+        return {"act": rule.act.value, "after": rule.after}
+
+    return act_of
 
 
 def run_policy_tests(files: list[Path], out: TextIO) -> ExitCode:

@@ -4,16 +4,46 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import yaml
 
 from gpuledger.model import Finding
+from gpuledger.model.time_text import parse_duration
+
+ActOf = Callable[[Finding], dict[str, Any]]
+"""What the policy's actions do with a finding: ``{act: …}``, with ``after`` (a ``timedelta``)
+when it acts."""
 
 
-def _matches(expected: Mapping[str, Any], f: Finding, index_of: Mapping[str, int]) -> bool:
+def _no_acts(f: Finding) -> dict[str, Any]:
+    return {}
+
+
+def duration_text(span: timedelta) -> str:
+    """A duration as a policy writes it: ``2h``, ``1h30m``, ``45s``."""
+    seconds = int(span.total_seconds())
+    days, seconds = divmod(seconds, 86400)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s")]
+    return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
+
+
+def _acted(expected: Mapping[str, Any], acted: Mapping[str, Any]) -> bool:
+    if "act" in expected and expected["act"] != acted.get("act"):
+        return False
+    return "after" not in expected or parse_duration(expected["after"]) == acted.get("after")
+
+
+def _matches(
+    expected: Mapping[str, Any], f: Finding, index_of: Mapping[str, int], act_of: ActOf
+) -> bool:
     if expected["code"] != f.code.value or expected["level"] != f.level.name:
+        return False
+    if not _acted(expected, act_of(f)):
         return False
     if "gpu" in expected:
         gpu = expected["gpu"]
@@ -28,14 +58,17 @@ def _matches(expected: Mapping[str, Any], f: Finding, index_of: Mapping[str, int
 
 
 def _pair(
-    expected: Sequence[Mapping[str, Any]], got: Sequence[Finding], index_of: Mapping[str, int]
+    expected: Sequence[Mapping[str, Any]],
+    got: Sequence[Finding],
+    index_of: Mapping[str, int],
+    act_of: ActOf,
 ) -> dict[int, int]:
     """A largest matching of expected to given findings (``got`` index → ``expected`` index)."""
     owner: dict[int, int] = {}
 
     def place(e: int, seen: set[int]) -> bool:
         for g, finding in enumerate(got):
-            if g in seen or not _matches(expected[e], finding, index_of):
+            if g in seen or not _matches(expected[e], finding, index_of, act_of):
                 continue
             seen.add(g)
             if g not in owner or place(owner[g], seen):
@@ -48,11 +81,16 @@ def _pair(
     return owner
 
 
-def _shown(f: Finding, index_of: Mapping[str, int]) -> dict[str, Any]:
+def _shown(f: Finding, index_of: Mapping[str, int], act_of: ActOf) -> dict[str, Any]:
     gpu: int | str | None = index_of.get(f.gpu, f.gpu) if f.gpu else None
     doc: dict[str, Any] = {"code": f.code.value, "level": f.level.name, "gpu": gpu}
     if f.subject:
         doc["subject"] = dict(f.subject)
+    acted = act_of(f)
+    if "act" in acted:
+        doc["act"] = acted["act"]
+    if "after" in acted:
+        doc["after"] = duration_text(acted["after"])
     return doc
 
 
@@ -67,14 +105,19 @@ def _order(doc: Mapping[str, Any], index_of: Mapping[str, int]) -> tuple[int, st
 
 
 def compare(
-    expected: Sequence[Mapping[str, Any]], got: Sequence[Finding], index_of: Mapping[str, int]
+    expected: Sequence[Mapping[str, Any]],
+    got: Sequence[Finding],
+    index_of: Mapping[str, int],
+    act_of: ActOf = _no_acts,
 ) -> list[str]:
-    """The unified diff of expected and given findings; empty when they agree."""
-    paired = _pair(expected, got, index_of)
+    """The unified diff of expected and given findings; empty when they agree. An expected
+    finding with ``act`` (and ``after``) matches only where the policy's actions do that."""
+    paired = _pair(expected, got, index_of, act_of)
     if len(paired) == len(expected) == len(got):
         return []
     got_docs = [
-        expected[paired[g]] if g in paired else _shown(f, index_of) for g, f in enumerate(got)
+        expected[paired[g]] if g in paired else _shown(f, index_of, act_of)
+        for g, f in enumerate(got)
     ]
     want = [_line(d) for d in sorted(expected, key=lambda d: _order(d, index_of))]
     have = [_line(d) for d in sorted(got_docs, key=lambda d: _order(d, index_of))]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuledger.model import TICK_SOURCES, Code, GpuState, Level, Verdict
+from gpuledger.model.actions import Act
 from gpuledger.policy.schema import policy_schema
 
 
@@ -126,6 +127,12 @@ _EXPECTED = _closed(
             "type": "object",
             "additionalProperties": {"type": ["string", "integer", "null"]},
         },
+        "act": {
+            "title": "what the policy's actions do with it: scale-down, stop-allocation, "
+            "node-ineligible, notify (an action without an act) or none (no action takes it)",
+            "enum": [*(a.value for a in Act), "notify", "none"],
+        },
+        "after": {"$ref": "#/$defs/duration"},
     },
     "code",
     "level",
