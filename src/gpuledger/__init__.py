@@ -8,6 +8,8 @@ from the rooms below it:
 - ``web``: the HTTP endpoints, their server and ``--web-config``
 - ``views``: what people and programs read: tables, metrics, pages
 - ``controller``: the loops and their effects (node, fleet, metadata publisher), the reads, time
+- ``actuators``: what acts on the cluster (the fleet's actor only): Nomad's acts, the actor lock,
+  the audit
 - ``core``: the pure core: the joins, the history's arithmetic, the report's queries
 - ``policy``: the policy language, its loading and the pure judge
 - ``collectors``: the readers of the world, one source each

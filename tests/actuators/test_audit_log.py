@@ -13,7 +13,7 @@ from gpuledger.actuators.audit_log import (
     AuditVariables,
     read_audit_file,
 )
-from gpuledger.actuators.nomad_acts import NomadActs
+from gpuledger.actuators.act_client import NomadActs
 from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.model import Code
 from gpuledger.model.actions import Act, ActTarget, AuditEvent, PlannedAct, PlanState

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuledger.actuators.nomad_acts import parse_alloc, parse_job, parse_version
+from gpuledger.actuators.act_client import parse_alloc, parse_job, parse_version
 from tests.paths import FIXTURES
 
 

@@ -1,4 +1,4 @@
-"""The three acts and the plan's reads (``actuators/nomad_acts.py``) against the simulated Nomad,
+"""The three acts and the plan's reads (``actuators/act_client.py``) against the simulated Nomad,
 which answers as Nomad v1.6.5's source and the API docs do (``sim/nomad_acts.py``): what each
 act changes in Nomad, an act already done answered as Nomad answers it, and each refusal read
 as what it means (a missing capability named with the shipped policy, the job changed since,
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuledger.actuators.nomad_acts import ACT_POLICY, NomadActs, Result
+from gpuledger.actuators.act_client import ACT_POLICY, NomadActs, Result
 from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.sim.fleet_payloads import alloc_id, sim_uuid
 from gpuledger.sim.fleet_sim import FleetSim, SimGpu, SimNode

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuledger.actuators.audit_log import AuditLog, read_audit_file
-from gpuledger.actuators.nomad_acts import Outcome, Result
+from gpuledger.actuators.act_client import ActOutcome, Result
 from gpuledger.controller.actor import ActConfig, Actor
 from gpuledger.model import Code, Finding, Level, SourceStatus
 from gpuledger.model.actions import (
@@ -59,7 +59,7 @@ class StubNomad:
     count: int = 1
     index: int = 42
     desired: str = "run"
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[ActOutcome] = field(default_factory=list)
     sent: list[tuple[str, Any]] = field(default_factory=list)
 
     def _alloc(self) -> AllocFacts:
@@ -77,12 +77,12 @@ class StubNomad:
         return (1, 10, 2)
 
     def scale(self, namespace: str, job: str, group: str, count: int, index: int,
-              message: str) -> Outcome:  # fmt: skip
+              message: str) -> ActOutcome:  # fmt: skip
         self.sent.append(("scale", (namespace, job, group, count, index)))
         if self.outcomes:
             return self.outcomes.pop(0)
         self.count, self.desired, self.index = count, "stop", self.index + 1
-        return Outcome(Result.DONE, 200, '{"EvalID":"e1"}')
+        return ActOutcome(Result.DONE, 200, '{"EvalID":"e1"}')
 
 
 @dataclass
@@ -177,7 +177,7 @@ def test_without_the_lock_the_due_act_waits_naming_the_holder(tmp_path: Path) ->
 
 def test_a_job_changed_since_the_plan_is_re_planned_at_its_new_index(tmp_path: Path) -> None:
     clock = StepClock()
-    nomad = StubNomad(outcomes=[Outcome(Result.CHANGED, 409, "409 job modify index mismatch")])
+    nomad = StubNomad(outcomes=[ActOutcome(Result.CHANGED, 409, "409 job modify index mismatch")])
     actor = _actor(tmp_path, nomad, clock)
     actor.step(_fleet(clock), POLICY)
     clock.tick(30)
@@ -195,7 +195,7 @@ def test_a_job_changed_since_the_plan_is_re_planned_at_its_new_index(tmp_path: P
 def test_a_refusal_is_recorded_with_nomads_answer(tmp_path: Path) -> None:
     clock = StepClock()
     why = "403 Permission denied: the token lacks scale-job (or submit-job); grant it as x"
-    nomad = StubNomad(outcomes=[Outcome(Result.REFUSED, 403, why)])
+    nomad = StubNomad(outcomes=[ActOutcome(Result.REFUSED, 403, why)])
     actor = _actor(tmp_path, nomad, clock)
     actor.step(_fleet(clock), POLICY)
     clock.tick(30)

@@ -1,9 +1,9 @@
 """The actuators: what acts on the cluster, only ever for the fleet's actor (``controller/actor``)
 and only through Nomad's own API. Its modules:
 
-- ``nomad_acts``: the plan's reads (an allocation, a job, Nomad's version) and the three acts
+- ``act_client``: the plan's reads (an allocation, a job, Nomad's version) and the three acts
   (scale a task group down, stop an allocation, mark a node ineligible), each answering an
-  ``Outcome``;
+  ``ActOutcome``;
 - ``actor_lock``: the Nomad Variable lock whose holder alone acts (acquire, renew, release);
 - ``webhook``: an action's notices POSTed to its ``webhook``;
 - ``audit_log``: the audit: JSON lines appended to a file that survives restarts, and a

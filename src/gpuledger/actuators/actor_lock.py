@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from gpuledger.actuators.nomad_acts import NomadActs, Result
+from gpuledger.actuators.act_client import NomadActs, Result
 from gpuledger.errors import SourceError
 from gpuledger.model.actions import LockView
 from gpuledger.model.contract import iso_time

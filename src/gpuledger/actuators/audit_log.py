@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import structlog
 
-from gpuledger.actuators.nomad_acts import NomadActs, Result
+from gpuledger.actuators.act_client import NomadActs, Result
 from gpuledger.errors import ConfigError, ContractError, SourceError
 from gpuledger.model.action_docs import audit_doc, read_audit
 from gpuledger.model.actions import AuditEvent

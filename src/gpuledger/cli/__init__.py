@@ -12,6 +12,7 @@ command needs only in ``run``: ``gpuledger --help`` loads no command.
 - ``usage``: the parser every command line is made of, and its usage errors
 - ``flags``: the flags more than one command takes, each group defined once
 - ``types``: the types of the flags' values (durations, instants, levels, shards)
+- ``act_flags``: the actor's flags (``fleet serve --act``, ``--audit-file``, ``--act-lock*``)
 - ``mail_flags``: ``report --mail``'s flags (``--mail-send``, ``--owner-map``, ``--smtp-*``)
 - ``cmd_ls``: ``gpuledger ls``, the node's ledger
 - ``cmd_check``: ``gpuledger check``, the node's findings against ``--exit-on``

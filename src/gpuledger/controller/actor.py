@@ -30,7 +30,7 @@ import structlog
 
 from gpuledger.actuators.actor_lock import ActorLock
 from gpuledger.actuators.audit_log import AuditLog
-from gpuledger.actuators.nomad_acts import NomadActs, Outcome, Result
+from gpuledger.actuators.act_client import NomadActs, ActOutcome, Result
 from gpuledger.actuators.webhook import Webhooks
 from gpuledger.controller.clock import Clock
 from gpuledger.core.act_plan import RECENT, Candidate, Done, candidates, plan_acts, wanted
@@ -295,10 +295,10 @@ class Actor:
         self._record(event, after, outcome.answer)
         return after
 
-    def _do(self, p: PlannedAct) -> Outcome:
+    def _do(self, p: PlannedAct) -> ActOutcome:
         t, acts = p.target, self._acts
         if acts is None:
-            return Outcome(Result.REFUSED, None, "Nomad is off (--no-nomad)")
+            return ActOutcome(Result.REFUSED, None, "Nomad is off (--no-nomad)")
         try:
             if p.act is Act.SCALE_DOWN and p.count and p.index is not None:
                 said = excerpt(p.finding, 160, quoted=False)
@@ -311,13 +311,13 @@ class Actor:
                 return acts.set_ineligible(t.node_id)
         except Exception as exc:  # one act's bug costs that act, never the sweep
             log.exception("actions.act_crashed", key=p.key, error=text_of(repr(exc)))
-            return Outcome(
+            return ActOutcome(
                 Result.FAILED, None, f"gpuledger failed sending it ({type(exc).__name__})"
             )
-        return Outcome(Result.REFUSED, None, "the plan lacks what the act needs")
+        return ActOutcome(Result.REFUSED, None, "the plan lacks what the act needs")
 
 
-def _why_not(outcome: Outcome) -> str:
+def _why_not(outcome: ActOutcome) -> str:
     if outcome.result is Result.CHANGED:
         return f"Nomad answered {outcome.answer}: the job changed since it was planned; re-planned"
     if outcome.result is Result.REFUSED:

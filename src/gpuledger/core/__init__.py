@@ -4,6 +4,7 @@ No module here reads a source, the clock or a file (import-linter forbids every 
 
 - ``node_join``: the node's join of desired and observed state on GPU UUID, and its memo
 - ``fleet_join``: the fleet's join of Nomad's GPU nodes with the node controllers read
+- ``act_plan``: the plan of the policy's actions on the fleet's findings, judged by Nomad's answers
 - ``fleet_bounds``: the fleet's bounds on one node's ledger, and discovery's targets merged
 - ``history``: the history's arithmetic: since-whens, GPU-second counts, trails, dated findings
 - ``report_queries``: the PromQL ``gpuledger report`` asks, and the report made of the answers

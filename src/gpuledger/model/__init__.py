@@ -14,6 +14,7 @@ and the policy combine them, the views render them. Its modules:
 - ``mig_slices``: a MIG profile's share of its card, NVIDIA's slice counts with their source;
 - ``mig_memory``: each MIG profile's memory, from real captures, for the notes' MIG advice;
 - ``actions``: the policy's actions, the plan made of them, the acts and their audit;
+- ``action_docs``: the plan and the audit as JSON, written and read back;
 - ``owners``: a job's owner from its Nomad meta (``--owner-meta``) and its owner labels;
 - ``addresses``: one e-mail address as gpuledger checks it (the owner map, ``owner_email``);
 - ``history_record``: what the node's history keeps between ticks and restarts;

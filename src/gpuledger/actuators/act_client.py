@@ -11,7 +11,7 @@ version) and the three acts, each through Nomad's own endpoint and its own check
   running (never a drain); ``node { policy = "write" }``.
 
 A read that fails is a ``SourceError`` (the plan holds the act that needed it). An act answers
-an ``Outcome``: done, refused (a 4xx: the capability it lacks named, with the shipped policy
+an ``ActOutcome``: done, refused (a 4xx: the capability it lacks named, with the shipped policy
 file), changed (a 409: re-planned at the next sweep) or failed (5xx, transport: tried again).
 """
 
@@ -63,7 +63,7 @@ class Result(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ActOutcome:
     """What Nomad answered an act."""
 
     result: Result
@@ -225,7 +225,7 @@ class NomadActs(NomadApi):
 
     def scale(
         self, namespace: str, job: str, group: str, count: int, index: int, message: str
-    ) -> Outcome:
+    ) -> ActOutcome:
         """Set ``group``'s count, only if the job is still at ``index`` (Nomad 1.8.2+)."""
         body = {
             "Count": count,
@@ -239,12 +239,12 @@ class NomadActs(NomadApi):
         path = f"v1/job/{quote(job, safe='')}/scale"
         return self._act(path, body, {"namespace": namespace}, "scale-job (or submit-job)")
 
-    def stop_allocation(self, namespace: str, alloc_id: str) -> Outcome:
+    def stop_allocation(self, namespace: str, alloc_id: str) -> ActOutcome:
         """Stop the allocation: Nomad reschedules it by its job's policy."""
         path = f"v1/allocation/{quote(alloc_id, safe='')}/stop"
         return self._act(path, None, {"namespace": namespace}, "alloc-lifecycle")
 
-    def set_ineligible(self, node_id: str) -> Outcome:
+    def set_ineligible(self, node_id: str) -> ActOutcome:
         """Mark the node ineligible: no new placements; what runs keeps running."""
         path = f"v1/node/{quote(node_id, safe='')}/eligibility"
         body = {"NodeID": node_id, "Eligibility": "ineligible"}
@@ -252,8 +252,8 @@ class NomadActs(NomadApi):
 
     def put(
         self, path: str, body: Mapping[str, Any], params: Mapping[str, str], capability: str
-    ) -> Outcome:
-        """A ``PUT`` (Variables and their locks), answered as an act's ``Outcome``."""
+    ) -> ActOutcome:
+        """A ``PUT`` (Variables and their locks), answered as an act's ``ActOutcome``."""
         return self._act(path, body, params, capability, method="put")
 
     def _act(
@@ -263,7 +263,7 @@ class NomadActs(NomadApi):
         params: Mapping[str, str],
         capability: str,
         method: str = "post",
-    ) -> Outcome:
+    ) -> ActOutcome:
         self._refresh_token()
         try:
             with self._quiet():
@@ -271,23 +271,23 @@ class NomadActs(NomadApi):
         except nomad_errors.BaseNomadException as err:
             return self._refusal(err.nomad_resp, capability)
         except CALL_ERRORS as err:
-            return Outcome(Result.FAILED, None, self._redact(excerpt(text_of(str(err)), 160)))
+            return ActOutcome(Result.FAILED, None, self._redact(excerpt(text_of(str(err)), 160)))
         content = response.content[:65536]
-        return Outcome(Result.DONE, response.status_code, _short(content), content)
+        return ActOutcome(Result.DONE, response.status_code, _short(content), content)
 
-    def _refusal(self, resp: object, capability: str) -> Outcome:
+    def _refusal(self, resp: object, capability: str) -> ActOutcome:
         if not isinstance(resp, requests.Response):
             why = excerpt(text_of(str(resp)), 160, quoted=False)
-            return Outcome(Result.FAILED, None, self._redact(f"Nomad is unreachable ({why})"))
+            return ActOutcome(Result.FAILED, None, self._redact(f"Nomad is unreachable ({why})"))
         status, said = resp.status_code, _short(resp.content)
         if status == 403:
             why = f"403 {said}: the token lacks {capability}; grant it as {ACT_POLICY} does"
-            return Outcome(Result.REFUSED, status, self._redact(why))
+            return ActOutcome(Result.REFUSED, status, self._redact(why))
         if status == 409 or (status == 500 and said.startswith(_INDEX_CHANGED)):
-            return Outcome(Result.CHANGED, status, self._redact(f"{status} {said}"))
+            return ActOutcome(Result.CHANGED, status, self._redact(f"{status} {said}"))
         if 400 <= status < 500:
-            return Outcome(Result.REFUSED, status, self._redact(f"{status} {said}"))
-        return Outcome(Result.FAILED, status, self._redact(f"{status} {said}"))
+            return ActOutcome(Result.REFUSED, status, self._redact(f"{status} {said}"))
+        return ActOutcome(Result.FAILED, status, self._redact(f"{status} {said}"))
 
 
 def _short(body: bytes) -> str:
