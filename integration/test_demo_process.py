@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+import requests
 
 GPULEDGER = [sys.executable, "-m", "gpuledger"]
 WAIT_S = 60.0
@@ -133,4 +134,41 @@ def test_a_fleet_demo_prints_its_consul_and_nomad_and_stops_on_sigterm(
             process.wait()
     assert code == 0, out.text()
     assert not _listening(url), "the demo's gpuledger fleet serve outlived it"
+    assert "Traceback" not in out.text()
+
+
+def test_a_fleet_demo_with_act_plan_shows_a_plan_and_its_command_prints_it(
+    tmpdir_env: Path,
+) -> None:
+    process, out = _start(["demo", "--fleet", "--act", "plan"], tmpdir_env)
+    try:
+        url = out.wait_for(r"(http://127\.0\.0\.1:\d+/)fleet ")[1]
+        line = out.wait_for(
+            r"gpuledger fleet plan --consul (http://127\.0\.0\.1:\d+) --nomad-addr "
+            r"(http://127\.0\.0\.1:\d+) --policy (\S+)\n"
+        )
+        deadline = time.monotonic() + WAIT_S
+        planned: list[dict[str, object]] = []
+        while not planned and time.monotonic() < deadline:
+            doc = requests.get(url + "fleet", timeout=5).json()
+            planned = (doc.get("actions") or {}).get("planned") or []
+            time.sleep(0.5)
+        assert planned, "the demo's fleet planned nothing"
+        assert doc["actions"]["mode"] == "plan"
+        assert {p["action"] for p in planned} >= {"scale-down"}
+        # The line printed is one a user can run: the same plan, once.
+        plan = subprocess.run(
+            [*GPULEDGER, "fleet", "plan", "--consul", line[1], "--nomad-addr", line[2],
+             "--policy", line[3]],
+            capture_output=True, text=True, timeout=WAIT_S, check=False,
+        )  # fmt: skip
+        assert plan.returncode in (0, 1), plan.stderr
+        assert "scale-down" in plan.stdout
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == 0, out.text()
     assert "Traceback" not in out.text()

@@ -341,8 +341,9 @@ def test_demo_fleet_serves_a_simulated_cluster_and_prints_its_url() -> None:
         assert "<h1>gpuledger fleet</h1>" in page
         # the nodes read, by waste, come first; the demo's unreachable, missing, stale and
         # schema-mismatch nodes in their own table after them
-        waste, problems = page.find('<table class="nodes waste stack">'), page.find(
-            '<table class="nodes problems stack">'
+        waste, problems = (
+            page.find('<table class="nodes waste stack">'),
+            page.find('<table class="nodes problems stack">'),
         )
         assert 0 < waste < problems, (waste, problems)
     finally:
