@@ -31,6 +31,7 @@ TIME_FLAGS = [
     (["report"], "--smtp-timeout", "duration"),
     (["report"], "--since", "since"),
     (["report"], "--until", "instant"),
+    (["policy", "check"], "--interval", "duration"),
 ]  # fmt: skip
 
 

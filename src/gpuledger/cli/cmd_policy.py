@@ -7,10 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from gpuledger.cli import flags
 from gpuledger.cli.usage import UsageParser
 from gpuledger.errors import ExitCode
 
 Action = Callable[[argparse.Namespace, TextIO], ExitCode]
+
+FLEET_INTERVAL = "30s"
+"""``fleet serve``'s default ``--interval`` (``cmd_fleet.py``), which ``policy check`` assumes."""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +31,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="Report every problem of a policy file as FILE:LINE:COLUMN: key: what.",
     )
     check.add_argument("file", type=Path, help="the policy file (YAML, version: 1)")
+    flags.add_interval(
+        check,
+        FLEET_INTERVAL,
+        f"the --interval fleet serve sweeps at, with its unit (default {FLEET_INTERVAL}, fleet "
+        "serve's): an action that acts needs an after of at least two intervals",
+    )
     check.set_defaults(policy_action=_check)
     schema = actions.add_parser("schema", help="print the policy's JSON Schema")
     schema.set_defaults(policy_action=_schema)
@@ -50,7 +60,7 @@ def _show(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def _check(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from gpuledger.commands.policy_cmd import check_policy  # noqa: PLC0415 - only to run
 
-    return check_policy(args.file, out)
+    return check_policy(args.file, out, args.interval)
 
 
 def _schema(args: argparse.Namespace, out: TextIO) -> ExitCode:

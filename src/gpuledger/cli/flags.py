@@ -63,12 +63,22 @@ def add_serving(p: Flags, listen: str, interval: str, between: str) -> None:
         help="HTTPS and basic auth, in the format of Prometheus exporters' --web.config.file "
         "(tls_server_config, basic_auth_users with bcrypt hashes)",
     )
+    add_interval(
+        p,
+        interval,
+        f"time between {between}, with its unit: 500ms, 15s, 2m, 1h30m (default {interval})",
+    )
+
+
+def add_interval(p: Flags, interval: str, help_text: str) -> None:
+    """``--interval DURATION``: a serving command's time between sweeps, or (``policy
+    check``) the one a policy is checked against."""
     p.add_argument(
         "--interval",
         type=types.duration,
         default=types.duration(interval),
         metavar="DURATION",
-        help=f"time between {between}, with its unit: 500ms, 15s, 2m, 1h30m (default {interval})",
+        help=help_text,
     )
 
 

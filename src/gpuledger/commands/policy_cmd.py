@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
 
 from gpuledger.errors import ExitCode, PolicyError, UsageError
+from gpuledger.policy.actions_load import acting_summary, action_problems
 from gpuledger.policy.load import default_policy_text, load_policy, policy_warnings
 
 
@@ -17,18 +19,26 @@ def show_policy(default: bool, out: TextIO) -> ExitCode:
     return ExitCode.OK
 
 
-def check_policy(path: Path, out: TextIO) -> ExitCode:
-    """``policy check FILE``: every problem as FILE:LINE:COLUMN (``FOUND``), else its warnings
-    and ``ok``."""
+def check_policy(path: Path, out: TextIO, interval: timedelta) -> ExitCode:
+    """``policy check FILE [--interval DURATION]``: every problem as FILE:LINE:COLUMN, and
+    each acting action whose grace is shorter than two of ``interval`` (``FOUND``); else its
+    warnings, how many actions act, and ``ok``."""
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     try:
-        load_policy(path)
+        policy = load_policy(path)
     except PolicyError as exc:
         out.write("\n".join(exc.problems) + "\n")
         return ExitCode.FOUND
+    too_soon = action_problems(policy, interval)
+    if too_soon:
+        out.write("\n".join(too_soon) + "\n")
+        return ExitCode.FOUND
     for warning in policy_warnings(path.read_text(encoding="utf-8"), str(path)):
         out.write(f"{warning}\n")
+    summary = acting_summary(policy)
+    if summary:
+        out.write(f"{summary}\n")
     out.write(f"{path}: ok\n")
     return ExitCode.OK
 

@@ -2,6 +2,8 @@
 
 - ``rules``: the policy as values: a rule per finding code, overrides scoped by match keys
 - ``load``: loading a policy from YAML, every problem reported by file, line and column
+- ``actions_load``: the policy's ``actions`` and ``acting``: their checks, their values, and the
+  grace checked against the fleet's interval
 - ``schema``: the policy's JSON Schema (``schema.json``), as validation and ``policy schema`` use it
 - ``globs``: globs that cannot match a name of their kind (a typo, not a rule)
 - ``evaluate``: the pure judge: a ledger, the since-whens and ``now`` in, findings out

@@ -14,7 +14,9 @@ names come from:
 - a tenant's short process name: the program name without its directory, so no ``/``, ``\\``
   or blank;
 - a MIG profile: ``1g.18gb``, ``2c.3g.71gb``, ``1g.10gb+me``: letters, digits, ``.``, ``+``
-  and ``-``.
+  and ``-``;
+- a job's owner: a meta value used as a label, so printable characters only, at most
+  ``MAX_VALUE`` (256) of them (``model/owners.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import fnmatch
 import string
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from gpuledger.model.owners import MAX_VALUE
 
 _SAMPLE = string.printable + "é"
 """Characters tried against a ``[...]`` set: enough to tell whether it admits any allowed one."""
@@ -63,6 +67,12 @@ PROFILE = NameKind(
     "MIG profile",
     lambda ch: _alnum(ch) or ch in ".+-",
     "letters, digits, '.', '+' and '-' only, as in 1g.18gb",
+)
+OWNER = NameKind(
+    "owner",
+    str.isprintable,
+    "printable characters only, as an owner label holds",
+    max_length=MAX_VALUE,
 )
 PROCESS = NameKind(
     "short process name",

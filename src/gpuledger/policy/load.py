@@ -2,9 +2,9 @@
 
 Validation has two parts: the JSON Schema of ``schema.json`` (keys, types, levels, duration
 syntax) and the checks a schema cannot express: globs that cannot match any name of their
-kind, and overrides that can never apply. Every message reads
-``FILE:LINE:COLUMN: key: what is wrong``, quotes the offending key or value and says what is
-allowed; nothing is silently ignored.
+kind, overrides that can never apply, and the actions' own (``actions_load.py``). Every
+message reads ``FILE:LINE:COLUMN: key: what is wrong``, quotes the offending key or value and
+says what is allowed; nothing is silently ignored.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from gpuledger.located import (
 from gpuledger.model import Code, Level
 from gpuledger.model.text import excerpt
 from gpuledger.model.time_text import parse_duration
+from gpuledger.policy.actions_load import acting_values, actions_beyond_schema
 from gpuledger.policy.globs import (
     CONTAINER,
     JOB,
@@ -88,8 +89,10 @@ def policy_problems(doc: Located) -> list[Problem]:
 
 
 def _beyond_schema(doc: Located) -> Iterator[Problem]:
-    """Globs that cannot match, and node-scoped codes under a namespace or job match."""
+    """Globs that cannot match, node-scoped codes under a namespace or job match, and the
+    actions' checks."""
     root = doc.value if isinstance(doc.value, dict) else {}
+    yield from actions_beyond_schema(doc)
     yield from _exemption_globs(doc, ("findings",), root.get("findings"))
     yield from _durations(doc, ("findings",), root.get("findings"))
     overrides = root.get("overrides")
@@ -193,7 +196,16 @@ def _build(doc: Located, source: str, base: Policy) -> Policy:
     )
     exit_on = Level[value["exit_on"]] if "exit_on" in value else base.exit_on
     notes = base.notes.with_changes(value.get("notes", {}))
-    return Policy(rules=rules, exit_on=exit_on, overrides=overrides, source=source, notes=notes)
+    actions, acting = acting_values(doc, base)
+    return Policy(
+        rules=rules,
+        exit_on=exit_on,
+        overrides=overrides,
+        source=source,
+        notes=notes,
+        actions=actions,
+        acting=acting,
+    )
 
 
 def parse_policy(text: str, path: str, base: Policy | None = None) -> Policy:
