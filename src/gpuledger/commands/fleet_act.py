@@ -32,7 +32,6 @@ from gpuledger.model.action_docs import audit_doc, planned_doc
 from gpuledger.model.actions import ActingStatus, ActMode
 from gpuledger.policy.actions_load import action_problems
 from gpuledger.policy.rules import Policy
-from gpuledger.views.act_table import render_audit, render_plan
 
 
 def identity() -> str:
@@ -133,6 +132,8 @@ def fleet_plan(
         json.dump(doc, out, indent=2)
         out.write("\n")
     else:
+        from gpuledger.views.act_table import render_plan  # noqa: PLC0415 - text output only
+
         out.write(render_plan(status))
     due = any(p.state.value == "due" for p in status.plan)
     return ExitCode.FOUND if due else ExitCode.OK
@@ -151,5 +152,7 @@ def fleet_audit(
         for event in read.events:
             out.write(json.dumps(audit_doc(event), separators=(",", ":")) + "\n")
     else:
+        from gpuledger.views.act_table import render_audit  # noqa: PLC0415 - text output only
+
         out.write(render_audit(read.events, read.skipped))
     return ExitCode.OK

@@ -453,7 +453,10 @@ def _limited(
         why = None
         if total >= acting.max_per_hour:
             limit = acting.max_per_hour
-            why = f"rate limit: {total} acts in the last hour (acting.max_per_hour {limit})"
+            why = (
+                f"rate limit: {total} act{'s' if total != 1 else ''} in the last hour or due "
+                f"before this one (acting.max_per_hour {limit})"
+            )
         elif rule.max_per_hour is not None and per_rule.get(rule.line, 0) >= rule.max_per_hour:
             why = f"rate limit: this action's max_per_hour {rule.max_per_hour} is reached"
         elif node in nodes:
