@@ -18,9 +18,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
+from gpuledger.actuators.act_client import NomadActs
 from gpuledger.actuators.actor_lock import ActorLock
 from gpuledger.actuators.audit_log import AuditLog, AuditVariables, read_audit_file
-from gpuledger.actuators.act_client import NomadActs
 from gpuledger.collectors.ledgers import LedgerReader
 from gpuledger.commands.fleet import FleetOptions, fleet_config, quiet_logging
 from gpuledger.commands.options import ActFlags

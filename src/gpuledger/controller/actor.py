@@ -28,9 +28,9 @@ from pathlib import Path
 
 import structlog
 
+from gpuledger.actuators.act_client import ActOutcome, NomadActs, Result
 from gpuledger.actuators.actor_lock import ActorLock
 from gpuledger.actuators.audit_log import AuditLog
-from gpuledger.actuators.act_client import NomadActs, ActOutcome, Result
 from gpuledger.actuators.webhook import Webhooks
 from gpuledger.controller.clock import Clock
 from gpuledger.core.act_plan import RECENT, Candidate, Done, candidates, plan_acts, wanted

@@ -9,7 +9,14 @@ from dataclasses import asdict
 from typing import Any
 
 from gpuledger.errors import ContractError
-from gpuledger.model.actions import Act, ActTarget, AuditEvent, PlannedAct, PlanState
+from gpuledger.model.actions import (
+    Act,
+    ActingStatus,
+    ActTarget,
+    AuditEvent,
+    PlannedAct,
+    PlanState,
+)
 from gpuledger.model.contract import iso_time
 from gpuledger.model.contract_read import parse_time
 from gpuledger.model.values import Code
@@ -109,3 +116,29 @@ def read_audit(doc: object) -> AuditEvent:
         act=read_planned(act) if act is not None else None,
         answer=_text(doc, "answer", "event", optional=True),
     )
+
+
+def acting_doc(status: ActingStatus) -> dict[str, Any]:
+    """The ``actions`` block of the fleet document: the mode, who acts, the plan, the recent
+    audit and the acts tried since start."""
+    lock = status.lock
+    return {
+        "mode": status.mode.value,
+        "actor": status.actor,
+        "lock": None
+        if lock is None
+        else {
+            "path": lock.path,
+            "held": lock.held,
+            "holder": lock.holder,
+            "since": iso_time(lock.since),
+            "error": lock.error,
+        },
+        "planned": [planned_doc(p) for p in status.plan],
+        "audit": [audit_doc(e) for e in status.recent],
+        "acts": [
+            {"action": action, "result": result, "count": n}
+            for (action, result), n in sorted(status.acts.items())
+        ],
+        "auditError": status.audit_error,
+    }

@@ -24,6 +24,7 @@ from gpuledger.model import Code, GpuState, Level
 from gpuledger.model.fleet_values import Fleet, NodeStatus
 from gpuledger.model.snapshots import FleetSnapshot, FleetWatchStats
 from gpuledger.model.text import text_of
+from gpuledger.views.act_metrics import acting_families
 from gpuledger.views.metrics import JOB_LABELS, build_family, exposition, finding_labels
 
 __all__ = ["FleetCollector", "render"]
@@ -52,6 +53,8 @@ class FleetCollector:
             yield from _sweep_families(self.snapshot)
             if self.snapshot.watches:
                 yield from _watch_families(self.snapshot.watches)
+            if self.snapshot.acting is not None:
+                yield from acting_families(self.snapshot.acting)
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:

@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from gpuledger.model import Code, Finding, GpuState, Level
+from gpuledger.model.actions import ActingStatus
 from gpuledger.model.fleet_values import Fleet, FleetJob, FleetNode, NodeStatus
 from gpuledger.model.snapshots import FleetSnapshot
+from gpuledger.views.act_table import target_text
 from gpuledger.views.html import environment, frame, link_to, when
 from gpuledger.views.page import SourceRow, finding_rows, refresh_seconds
 
@@ -303,6 +306,40 @@ def _most(name: str, anchor: str, idle: int) -> Most | None:
     return Most(name, anchor, idle) if idle else None
 
 
+_MODE_WORDS = {
+    "off": "off",
+    "plan": "plan only: nothing is done",
+    "apply": "apply: the due acts are done by the holder of the actor lock",
+}
+
+
+def acting_view(status: ActingStatus, now: datetime) -> dict[str, object]:
+    """The Actions section: the mode in words, who holds the lock, the plan, the audit."""
+    lock = status.lock
+    if lock is None:
+        said = "This replica plans only and takes no lock (fleet serve --act apply acts)."
+    elif lock.held:
+        said = f"This replica ({status.actor}) holds the actor lock {lock.path}: it acts."
+    else:
+        who = lock.holder or "nobody"
+        why = f" ({lock.error})" if lock.error else ""
+        said = f"The actor lock {lock.path} is held by {who}{why}: this replica only plans."
+    rows = [
+        {"state": p.state.value, "act": p.act.value, "target": target_text(p.target),
+         "code": p.code.value, "since": when(p.since, now) if p.since else None,
+         "due": when(p.due, now) if p.due else None, "why": p.why}
+        for p in status.plan
+    ]  # fmt: skip
+    audit = [
+        {"at": when(e.at, now), "event": e.event, "actor": e.actor,
+         "act": f"{e.act.act.value} {target_text(e.act.target)}" if e.act else "-",
+         "answer": e.answer or ""}
+        for e in status.recent
+    ]  # fmt: skip
+    return {"mode": _MODE_WORDS[status.mode.value], "lock": said, "rows": rows, "audit": audit,
+            "audit_error": status.audit_error}  # fmt: skip
+
+
 def render_fleet_page(snap: FleetSnapshot, refresh: bool = True) -> bytes:
     """The fleet's page for one sweep; ``refresh``: it asks again every interval."""
     fleet = snap.fleet
@@ -329,6 +366,7 @@ def render_fleet_page(snap: FleetSnapshot, refresh: bool = True) -> bytes:
             findings=finding_rows(fleet.findings[:FINDING_LIMIT], _node_of, fleet.at),
             more_findings=max(0, len(fleet.findings) - FINDING_LIMIT),
             endpoints=ENDPOINTS,
+            acting=acting_view(snap.acting, fleet.at) if snap.acting is not None else None,
         )
     )
     return page.encode("utf-8", "backslashreplace")  # a lone surrogate shown, never a 500

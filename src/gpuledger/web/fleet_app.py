@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from gpuledger.model.action_docs import acting_doc
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
 from gpuledger.model.fleet_values import Fleet
 from gpuledger.model.snapshots import FleetSnapshot
@@ -66,8 +67,14 @@ class FleetApp(WsgiApp[FleetSnapshot]):
         )
 
     def fleet(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
-        """The fleet document (README, "JSON contract")."""
-        return self._json(snap, "fleet", fleet_doc)
+        """The fleet document (README, "JSON contract"), with the actor's ``actions`` when the
+        policy has actions."""
+        acting = snap.acting if snap is not None else None
+        if acting is None:
+            return self._json(snap, "fleet", fleet_doc)
+        return self._json(
+            snap, "fleet", lambda fleet: {**fleet_doc(fleet), "actions": acting_doc(acting)}
+        )
 
     def findings(self, snap: FleetSnapshot | None, environ: WSGIEnvironment) -> Answer:
         """The fleet's findings document."""
