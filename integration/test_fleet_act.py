@@ -20,6 +20,7 @@ notebook idle 7 h (its finding open 1 h: in its 2 h grace) and a second notebook
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from gpuledger.sim.fleet_sim import FleetSim, SimGpu, SimNode
 from gpuledger.sim.nomad_api import FakeNomad
 
 GPULEDGER = [sys.executable, "-m", "gpuledger"]
+REPO = Path(__file__).resolve().parent.parent
 CARD = "NVIDIA H100 80GB HBM3"
 SCALE = "/v1/job/:id/scale"
 POLICY = """\
@@ -274,18 +276,23 @@ def test_two_replicas_one_actor_and_a_failover_within_the_ttl_and_the_lock_delay
     holder = until(lambda: b.actions()["lock"]["holder"], why="b says who holds the lock")
     assert holder == a.actions()["actor"]
     assert not b.actions()["lock"]["held"]
-    until(lambda: act_world.nomad.writes_to(SCALE), why="the holder's scale")
+    # Both due notebooks (one act an hour is not this policy's limit), each done by a.
+    until(lambda: len(act_world.nomad.writes_to(SCALE)) == 2, why="the holder's scales")
     killed = time.monotonic()
     a.stop(signal.SIGKILL)  # no release: the lock must expire
     until(lambda: b.actions()["lock"]["held"], wait=ttl + delay + 15, why="b takes over")
     took = time.monotonic() - killed
     # Within the TTL plus the lock delay, and the renewal period and a sweep of b's.
     assert took <= ttl + delay + ttl / 3 + 3, took
-    # The owner lifts the keep-until: the new actor acts on it; the notebook is not done again.
+    # The owner lifts the keep-until: the new actor acts on it, and on nothing a did.
     act_world.nomad.cluster_jobs().set_meta("default", "notebook-kept", meta={})
-    until(lambda: len(act_world.nomad.writes_to(SCALE)) >= 2, why="b's act")
-    scaled = [w.path for w in act_world.nomad.writes_to(SCALE)]
-    assert sorted(scaled) == ["/v1/job/notebook-kept/scale", "/v1/job/notebook/scale"]
+    until(lambda: len(act_world.nomad.writes_to(SCALE)) >= 3, why="b's act")
+    sweeps = act_world.sim.answered[200] + act_world.sim.answered[304]
+    until(lambda: act_world.sim.answered[200] + act_world.sim.answered[304] >= sweeps + 12,
+          why="four more sweeps")  # fmt: skip
+    scaled = sorted(w.path for w in act_world.nomad.writes_to(SCALE))
+    assert scaled == ["/v1/job/notebook-b/scale", "/v1/job/notebook-kept/scale",
+                      "/v1/job/notebook/scale"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -330,3 +337,26 @@ def test_a_nomad_that_does_not_check_a_scales_index_is_never_scaled(
     assert refused
     assert "Nomad 1.8.1" in served.planned()["notebook"]["why"]
     assert act_world.nomad.writes_to(SCALE) == []
+
+
+def test_the_actions_pages_examples_print_what_it_shows(act_world: World) -> None:
+    page = (REPO / "docs" / "actions.md").read_text(encoding="utf-8")
+    (policy,) = [b for b in re.findall(r"^```yaml\n(.*?)^```", page, flags=re.S | re.M)
+                 if "actions:" in b]  # fmt: skip
+    folder = act_world.folder
+    (folder / "policy.yaml").write_text(policy)
+    (folder / "targets").write_text(act_world.targets.read_text())
+    blocks = re.findall(r"^```console\n(.*?)^```", page, flags=re.S | re.M)
+    assert len(blocks) == 2
+    for block, code in zip(blocks, (1, 0), strict=True):
+        command, *shown = block.splitlines()
+        words = command.removeprefix("$ ").replace("http://127.0.0.1:4646", act_world.nomad.url)
+        assert words.startswith("gpuledger ")
+        run = subprocess.run([*GPULEDGER, *words.split()[1:]], cwd=folder, capture_output=True,
+                             text=True, timeout=60, check=False)  # fmt: skip
+        assert run.returncode == code, run.stderr
+        printed = run.stdout.splitlines()
+        for line in shown:
+            pattern = ".*".join(re.escape(p) for p in re.split(r"…", line))
+            assert any(re.fullmatch(pattern, p) for p in printed), f"{line!r} not in\n{run.stdout}"
+    assert act_world.nomad.writes == []

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpuledger.actuators.actor_lock import ActorLock
 from gpuledger.actuators.act_client import NomadActs
+from gpuledger.actuators.actor_lock import ActorLock
 from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.sim.nomad_api import FakeNomad
 

@@ -7,13 +7,13 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from gpuledger.actuators.act_client import NomadActs
 from gpuledger.actuators.audit_log import (
     AUDIT_PREFIX,
     AuditLog,
     AuditVariables,
     read_audit_file,
 )
-from gpuledger.actuators.act_client import NomadActs
 from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.model import Code
 from gpuledger.model.actions import Act, ActTarget, AuditEvent, PlannedAct, PlanState

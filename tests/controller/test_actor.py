@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuledger.actuators.audit_log import AuditLog, read_audit_file
 from gpuledger.actuators.act_client import ActOutcome, Result
+from gpuledger.actuators.audit_log import AuditLog, read_audit_file
 from gpuledger.controller.actor import ActConfig, Actor
 from gpuledger.model import Code, Finding, Level, SourceStatus
 from gpuledger.model.actions import (

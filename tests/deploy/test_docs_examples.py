@@ -44,6 +44,7 @@ SETUP = (
 )
 """The README's two set-up commands, its first lines."""
 RUN_ELSEWHERE = {
+    "docs/actions.md": "integration/test_fleet_act.py",
     "docs/nomad.md": "integration/test_nomad_job.py",
     "docs/release.md": "integration/test_release_steps.py",
 }
@@ -95,7 +96,8 @@ def test_every_example_is_run_by_a_test_here_or_by_the_one_named() -> None:
     for page, test in RUN_ELSEWHERE.items():
         assert page in (REPO / test).read_text(encoding="utf-8"), f"{test} no longer reads {page}"
     consoles = {e.page for e in examples() if e.kind == "console"}
-    assert consoles == {"docs/policy.md", "docs/mig.md", "docs/fleet.md", "docs/nomad.md"}
+    assert consoles == {"docs/policy.md", "docs/mig.md", "docs/fleet.md", "docs/nomad.md",
+                        "docs/actions.md"}  # fmt: skip
     assert len(SHELL) >= 8  # the examples below; a page's fence renamed would hide its own
 
 

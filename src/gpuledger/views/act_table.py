@@ -4,6 +4,7 @@ the audit's events, as tables whose every cell is made printable (a job name is 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from gpuledger.model.actions import ActingStatus, ActTarget, AuditEvent, PlannedAct, PlanState
 from gpuledger.model.contract import iso_time
@@ -29,7 +30,12 @@ def target_text(t: ActTarget) -> str:
 def _row(p: PlannedAct) -> list[str]:
     count = f" {p.count[0]}->{p.count[1]}" if p.count and p.state is not PlanState.HELD else ""
     return [p.state.value.upper(), p.act.value + count, target_text(p.target), p.code.value,
-            iso_time(p.since) or "-", iso_time(p.due) or "-", p.why]  # fmt: skip
+            _at(p.since), _at(p.due), p.why]  # fmt: skip
+
+
+def _at(at: datetime | None) -> str:
+    """An instant to the second, as every document writes it (``Z`` for UTC)."""
+    return iso_time(at.replace(microsecond=0)) if at else "-"
 
 
 def render_plan(status: ActingStatus) -> str:
@@ -66,7 +72,7 @@ def render_audit(events: Sequence[AuditEvent], skipped: int = 0) -> str:
         rows = [["AT", "EVENT", "ACTOR", "ACT", "TARGET", "ANSWER"]]
         for e in events:
             act = e.act
-            rows.append([iso_time(e.at), e.event, e.actor, act.act.value if act else "-",
+            rows.append([_at(e.at), e.event, e.actor, act.act.value if act else "-",
                          target_text(act.target) if act else "-", e.answer or "-"])  # fmt: skip
         lines = columns(rows)
     if skipped:
