@@ -94,7 +94,8 @@ def _entry(doc: Located, here: JsonPath, action: Mapping[str, Any]) -> Iterator[
     act = _act(action.get("act"))
     if code is not None and act is not None and act not in ACTS_FOR.get(code, frozenset()):
         yield doc.problem((*here, "act"), _wrong_act(code, act))
-    if "act" not in action and "webhook" not in action and action.get("notify") is not True:
+    notify = action.get("notify", False)
+    if "act" not in action and "webhook" not in action and notify is False:
         takes = _takes(code) if code is not None else "an act of its code"
         yield doc.problem(
             here, f"does nothing: set notify: true, a webhook, or act ({takes})", on_key=True
@@ -288,10 +289,9 @@ def acting_summary(policy: Policy) -> str | None:
     acts = [rule.act.value for rule in policy.actions if rule.act is not None]
     if not acts:
         return None
-    noun = "action acts" if len(acts) == 1 else "actions act"
     return (
-        f"{policy.source}: {len(acts)} of {len(policy.actions)} {noun} "
-        f"({', '.join(sorted(set(acts)))}): fleet serve only plans them; nothing is done "
+        f"{policy.source}: actions that act: {len(acts)} of {len(policy.actions)} "
+        f"({', '.join(sorted(set(acts)))}); fleet serve only plans them, nothing is done "
         "without fleet serve --act apply"
     )
 
