@@ -394,9 +394,20 @@ def test_a_webhook_that_is_no_usable_url_is_refused(url: str) -> None:
     assert webhook_problem(url) is not None
 
 
-def test_a_webhooks_problem_never_quotes_its_secret() -> None:
-    (problem,) = problems(policy_of("- on: hot\n  webhook: ftp://bot:t0ken@h/p4th\n"))
+@pytest.mark.parametrize(
+    "url", ["ftp://bot:t0ken@h/p4th", "https://bot:t0ken@h/p4th", f"https://h/p4th{'x' * 2048}"]
+)
+def test_a_webhooks_problem_never_quotes_its_secret(url: str) -> None:
+    (problem,) = problems(policy_of(f"- on: hot\n  webhook: {url}\n"))
     assert "t0ken" not in problem and "p4th" not in problem
+
+
+def test_a_webhook_over_2048_characters_is_refused_and_one_of_2048_taken() -> None:
+    head = "https://hooks.example/"
+    assert webhook_problem(head + "x" * (2048 - len(head))) is None
+    assert webhook_problem(head + "x" * (2049 - len(head))) == (
+        "is longer than 2048 characters: no receiver's URL is that long"
+    )
 
 
 # --------------------------------------------------------------------------- the interval

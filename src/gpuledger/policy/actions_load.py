@@ -43,6 +43,8 @@ of any other code never applies."""
 
 _ACT_ONLY = ("after", "max_per_hour", "exclude", "min")
 """Keys that shape the act: on an action without ``act`` they would be silently ignored."""
+MAX_WEBHOOK = 2048
+"""The longest webhook URL taken: longer is a pasted document, not an address."""
 _WHERE_KINDS = {"node": NODE, "namespace": NAMESPACE, "job": JOB}
 _EXCLUDE_KINDS = {"namespace": NAMESPACE, "job": JOB, "owner": OWNER}
 _EXCLUDE_FIELDS = {"namespace": "namespaces", "job": "jobs", "owner": "owners"}
@@ -199,6 +201,8 @@ def _globs_of(
 def webhook_problem(url: str) -> str | None:
     """Why ``url`` cannot be a webhook, or ``None``. The URL is never quoted back: a webhook's
     path is often its secret (a chat's incoming hook), and problems end up in logs."""
+    if len(url) > MAX_WEBHOOK:
+        return f"is longer than {MAX_WEBHOOK} characters: no receiver's URL is that long"
     if any(ch.isspace() or not ch.isprintable() for ch in url):
         return "holds a blank or a control character: write the URL percent-encoded"
     try:
