@@ -43,6 +43,8 @@ of any other code never applies."""
 
 _ACT_ONLY = ("after", "max_per_hour", "exclude", "min")
 """Keys that shape the act: on an action without ``act`` they would be silently ignored."""
+MAX_WEBHOOK = 2048
+"""The longest webhook URL taken: longer is a pasted document, not an address."""
 _WHERE_KINDS = {"node": NODE, "namespace": NAMESPACE, "job": JOB}
 _EXCLUDE_KINDS = {"namespace": NAMESPACE, "job": JOB, "owner": OWNER}
 _EXCLUDE_FIELDS = {"namespace": "namespaces", "job": "jobs", "owner": "owners"}
@@ -94,7 +96,8 @@ def _entry(doc: Located, here: JsonPath, action: Mapping[str, Any]) -> Iterator[
     act = _act(action.get("act"))
     if code is not None and act is not None and act not in ACTS_FOR.get(code, frozenset()):
         yield doc.problem((*here, "act"), _wrong_act(code, act))
-    if "act" not in action and "webhook" not in action and action.get("notify") is not True:
+    notify = action.get("notify", False)
+    if "act" not in action and "webhook" not in action and notify is False:
         takes = _takes(code) if code is not None else "an act of its code"
         yield doc.problem(
             here, f"does nothing: set notify: true, a webhook, or act ({takes})", on_key=True
@@ -198,6 +201,8 @@ def _globs_of(
 def webhook_problem(url: str) -> str | None:
     """Why ``url`` cannot be a webhook, or ``None``. The URL is never quoted back: a webhook's
     path is often its secret (a chat's incoming hook), and problems end up in logs."""
+    if len(url) > MAX_WEBHOOK:
+        return f"is longer than {MAX_WEBHOOK} characters: no receiver's URL is that long"
     if any(ch.isspace() or not ch.isprintable() for ch in url):
         return "holds a blank or a control character: write the URL percent-encoded"
     try:
@@ -288,10 +293,9 @@ def acting_summary(policy: Policy) -> str | None:
     acts = [rule.act.value for rule in policy.actions if rule.act is not None]
     if not acts:
         return None
-    noun = "action acts" if len(acts) == 1 else "actions act"
     return (
-        f"{policy.source}: {len(acts)} of {len(policy.actions)} {noun} "
-        f"({', '.join(sorted(set(acts)))}): fleet serve only plans them; nothing is done "
+        f"{policy.source}: actions that act: {len(acts)} of {len(policy.actions)} "
+        f"({', '.join(sorted(set(acts)))}); fleet serve only plans them, nothing is done "
         "without fleet serve --act apply"
     )
 
