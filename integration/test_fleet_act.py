@@ -340,7 +340,7 @@ def test_a_nomad_that_does_not_check_a_scales_index_is_never_scaled(
 
 
 def test_the_actions_pages_examples_print_what_it_shows(act_world: World) -> None:
-    page = (REPO / "docs" / "actions.md").read_text(encoding="utf-8")
+    page = (REPO / "docs/actions.md").read_text(encoding="utf-8")
     (policy,) = [b for b in re.findall(r"^```yaml\n(.*?)^```", page, flags=re.S | re.M)
                  if "actions:" in b]  # fmt: skip
     folder = act_world.folder

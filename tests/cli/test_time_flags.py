@@ -32,6 +32,10 @@ TIME_FLAGS = [
     (["report"], "--since", "since"),
     (["report"], "--until", "instant"),
     (["policy", "check"], "--interval", "duration"),
+    *((["fleet", a], f, "duration") for a in ("serve", "plan")
+      for f in ("--act-lock-ttl", "--act-lock-delay")),
+    *((["fleet", "plan"], f, "duration") for f in ("--interval", "--timeout", "--stale-after")),
+    (["fleet", "audit"], "--since", "since"),
 ]  # fmt: skip
 
 

@@ -1,15 +1,16 @@
 """An action's ``webhook``: the planned act POSTed as JSON when it enters the plan and each time
 its state changes. A webhook that fails costs its notice only (logged), never the sweep; TLS is
-verified, proxies from the environment are not used, redirects are not followed."""
+verified, proxies from the environment are not used, redirects are not followed, and only the
+hook's host is logged (its path may be its secret)."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 import structlog
 
-from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.text import excerpt, text_of
 
 log = structlog.get_logger("gpuledger.actions")
@@ -25,7 +26,8 @@ class Webhooks:
 
     def post(self, url: str, doc: dict[str, Any]) -> str | None:
         """POST ``doc``; why it failed, or ``None`` when the hook answered 2xx."""
-        shown = redact_url_passwords(url)
+        # A webhook's path may be its secret (Slack's are): only its host is ever logged.
+        shown = urlsplit(url).hostname or "the webhook"
         try:
             response = self._session.post(url, json=doc, timeout=TIMEOUT_S, allow_redirects=False)
         except requests.RequestException as err:

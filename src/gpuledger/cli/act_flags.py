@@ -86,4 +86,3 @@ def add_audit_command(p: argparse.ArgumentParser) -> None:
         metavar="DURATION|TIME",
         help="only events since then: 24h, 7d, or an instant (default: all)",
     )
-    p.add_argument("--json", action="store_true", help="the events as JSON lines, as written")

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import TextIO
 
-from gpuledger.cli import flags, types
+from gpuledger.cli import flags
 from gpuledger.cli.act_flags import act_flags_of, add_act_flags, add_audit_command
 from gpuledger.cli.usage import UsageParser
 from gpuledger.errors import ExitCode
@@ -47,13 +47,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="Sweep once and print what the policy's actions would do, and why.",
     )
     flags.add_json(plan, "the plan (schema 1)")
-    plan.add_argument(
-        "--interval",
-        type=types.duration,
-        default=types.duration("30s"),
-        metavar="DURATION",
-        help="the interval of the fleet serve whose plan this is (its graces must be two of "
-        "them; default 30s)",
+    flags.add_interval(
+        plan,
+        "30s",
+        "the interval of the fleet serve whose plan this is: the actions' graces must be two "
+        "of them (default 30s)",
     )
     add_act_flags(plan, serve=False)
     plan.set_defaults(fleet_action=_plan)
@@ -63,6 +61,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="Print the plan changes and acts the audit file records.",
     )
     add_audit_command(audit)
+    flags.add_json(audit, "the events as JSON lines, as the file holds them")
     audit.set_defaults(fleet_action=_audit, usage_prog=audit.prog)
     for action in (ls, check, serve, plan):
         flags.add_fleet_sources(action)
