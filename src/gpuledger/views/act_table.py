@@ -24,7 +24,8 @@ def target_text(t: ActTarget) -> str:
         return f"node {t.node or t.node_id or '-'}"
     alloc = f" alloc {t.alloc[:8]}" if t.alloc else ""
     group = f" group {t.group}" if t.group else ""
-    return f"{t.namespace or '-'}/{t.job}{group}{alloc} on {t.node or '-'}"
+    on = f" on {t.node}" if t.node else ""
+    return f"{t.namespace or '-'}/{t.job}{group}{alloc}{on}"
 
 
 def _row(p: PlannedAct) -> list[str]:
