@@ -33,6 +33,7 @@ ALERTS = {
     "GPULedgerGpuUnhealthy",
     "GPULedgerDeviceUnscheduled",
     "GPULedgerDeviceHealthMismatch",
+    "GPULedgerActionPlanned",
 }
 
 
