@@ -155,6 +155,20 @@ def wanted(found: Iterable[Candidate]) -> tuple[set[str], set[tuple[str, str]]]:
 
 
 @dataclass(frozen=True)
+class _Sweep:
+    """What every candidate of one sweep is judged by."""
+
+    facts: NomadFacts
+    acting: ActingRules
+    owner_keys: Sequence[str]
+    now: datetime
+    done: Mapping[str, datetime]
+    """The keys of the acts done within the hour, and when."""
+    idle: Mapping[str, set[str]]
+    """Per allocation, its GPUs idle past their grace."""
+
+
+@dataclass(frozen=True)
 class _Judged:
     state: PlanState
     why: str
@@ -174,12 +188,12 @@ def plan_acts(
     """The plan of ``found`` at ``now``: each act's state and why, rate limits and one act per
     node and group a sweep applied to the due ones, oldest due first."""
     recent = [d for d in done if d.at >= now - RECENT]
-    done_keys = {d.key: d.at for d in recent}
-    idle = _idle_gpus(found, now)
+    sweep = _Sweep(facts, acting, owner_keys, now, {d.key: d.at for d in recent},
+                   _idle_gpus(found, now))  # fmt: skip
     planned: list[PlannedAct] = []
     for c in found:
         due = c.finding.since + c.rule.after if c.finding.since else None
-        judged = _judge(c, facts, acting, owner_keys, now, due, done_keys, idle)
+        judged = _judge(c, sweep, due)
         planned.append(
             PlannedAct(
                 key=c.key,
@@ -224,16 +238,7 @@ def _idle_gpus(found: Sequence[Candidate], now: datetime) -> dict[str, set[str]]
     return idle
 
 
-def _judge(
-    c: Candidate,
-    facts: NomadFacts,
-    acting: ActingRules,
-    owner_keys: Sequence[str],
-    now: datetime,
-    due: datetime | None,
-    done: Mapping[str, datetime],
-    idle: Mapping[str, set[str]],
-) -> _Judged:
+def _judge(c: Candidate, sweep: _Sweep, due: datetime | None) -> _Judged:
     """One candidate's state, from the first reason that holds it."""
     node = c.node
     target = ActTarget(node_id=node.nomad_node_id, node=node.name)
@@ -243,8 +248,8 @@ def _judge(
         why = f"node {node.name} could not read its own sources this sweep ({c.blind})"
         return _Judged(PlanState.HELD, why, target)
     if c.rule.act is Act.NODE_INELIGIBLE:
-        return _node_act(c, target, now, due, done)
-    return _alloc_act(c, facts, acting, owner_keys, now, due, done, idle)
+        return _node_act(c, target, sweep.now, due, sweep.done)
+    return _alloc_act(c, sweep, due)
 
 
 def _node_act(
@@ -285,20 +290,12 @@ def _span(span: timedelta) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{max(minutes, 1)}m"
 
 
-def _alloc_act(
-    c: Candidate,
-    facts: NomadFacts,
-    acting: ActingRules,
-    owner_keys: Sequence[str],
-    now: datetime,
-    due: datetime | None,
-    done: Mapping[str, datetime],
-    idle: Mapping[str, set[str]],
-) -> _Judged:
+def _alloc_act(c: Candidate, sweep: _Sweep, due: datetime | None) -> _Judged:
     node = c.node
     base = ActTarget(node_id=node.nomad_node_id, node=node.name, alloc=c.alloc)
     if c.alloc is None or c.job is None:
         return _Judged(PlanState.HELD, "the finding names no allocation of a job", base)
+    facts, now = sweep.facts, sweep.now
     alloc, job = facts.allocs.get(c.alloc, ""), facts.jobs.get(c.job, "")
     if isinstance(alloc, str) or isinstance(job, str):
         why = alloc if isinstance(alloc, str) and alloc else job or "not read"
@@ -313,13 +310,14 @@ def _alloc_act(
                        alloc.id)  # fmt: skip
     if (mismatch := _mismatch(c, alloc)) is not None:
         return _Judged(PlanState.HELD, mismatch, target)
-    if alloc.stopping or c.key in done:
+    if alloc.stopping or c.key in sweep.done:
         return _Judged(PlanState.DONE, f"Nomad already stops allocation {alloc.id}", target)
-    if (held := _held(c.rule.exclude, acting.exclude, job, alloc, owner_keys, now)) is not None:
+    held = _held(c.rule.exclude, sweep.acting.exclude, job, alloc, sweep.owner_keys, now)
+    if held is not None:
         return _Judged(PlanState.HELD, held, target)
     if c.rule.act is Act.STOP_ALLOCATION:
         return _grace(target, now, due)
-    return _scale(c, facts, job, alloc, target, now, due, idle)
+    return _scale(c, facts, job, alloc, target, now, due, sweep.idle)
 
 
 def _mismatch(c: Candidate, alloc: AllocFacts) -> str | None:
