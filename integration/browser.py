@@ -8,7 +8,9 @@ Playwright is missing); ``watch`` records what a page did while it loaded: conso
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,3 +69,20 @@ def watch(page: Any) -> Visit:
 
     page.on("framenavigated", navigated)
     return visit
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """``app`` (a gpuledger WSGI application) behind the real server on a free loopback port:
+    its base URL while the block runs, the server closed after."""
+    from gpuledger.web.server import bind  # noqa: PLC0415 - only the page tests serve
+
+    server = bind(app, "127.0.0.1:0")
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    host, port = server.address
+    try:
+        yield f"http://{host}:{port}/"
+    finally:
+        server.close()
+        thread.join(10)

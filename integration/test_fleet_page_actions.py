@@ -7,7 +7,6 @@ behind the real server."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +14,6 @@ import pytest
 
 import integration.browser as chromium
 from gpuledger.web.fleet_app import FleetApp
-from gpuledger.web.server import bind
 from integration.browser import watch
 from tests.views.acting_status import AT, HOSTILE, snapshot
 
@@ -28,15 +26,8 @@ def browser() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def served() -> Iterator[str]:
     snap = snapshot()
-    server = bind(FleetApp(lambda: snap, lambda: AT), "127.0.0.1:0")
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    host, port = server.address
-    try:
-        yield f"http://{host}:{port}/"
-    finally:
-        server.close()
-        thread.join(10)
+    with chromium.serving(FleetApp(lambda: snap, lambda: AT)) as url:
+        yield url
 
 
 ROWS = """() => [...document.querySelectorAll('table.actions tbody tr')].map(r => ({

@@ -11,7 +11,6 @@ gpu-fine none, gpu-gone's controller refuses connections (unknown).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -31,7 +30,6 @@ from gpuledger.model.fleet_values import (
 from gpuledger.model.snapshots import FleetSnapshot
 from gpuledger.policy.load import default_policy
 from gpuledger.web.fleet_app import FleetApp
-from gpuledger.web.server import bind
 from integration.browser import watch
 
 NOW = datetime.now(timezone.utc)
@@ -75,15 +73,8 @@ def browser() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def served() -> Iterator[str]:
     snap = _snapshot()
-    server = bind(FleetApp(lambda: snap, lambda: NOW), "127.0.0.1:0")
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    host, port = server.address
-    try:
-        yield f"http://{host}:{port}/"
-    finally:
-        server.close()
-        thread.join(10)
+    with chromium.serving(FleetApp(lambda: snap, lambda: NOW)) as url:
+        yield url
 
 
 HEALTH_CELLS = """() => Object.fromEntries([...document.querySelectorAll('table.nodes tbody tr')]
