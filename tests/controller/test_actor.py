@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,10 @@ class StubNomad:
 
     def version(self) -> tuple[int, ...]:
         return (1, 10, 2)
+
+    def set_ineligible(self, node_id: str) -> ActOutcome:
+        self.sent.append(("ineligible", node_id))
+        return ActOutcome(Result.DONE, 200, '{"EvalIDs":null}')
 
     def scale(self, namespace: str, job: str, group: str, count: int, index: int,
               message: str) -> ActOutcome:  # fmt: skip
@@ -246,3 +250,70 @@ def test_a_cut_audit_line_is_skipped_and_counted(tmp_path: Path) -> None:
         f.write('{"at": "2026-12-03T12:00:00Z", "event": "act.do')
     read = read_audit_file(tmp_path / "audit.jsonl")
     assert (len(read.events), read.skipped) == (1, 1)
+
+
+def _waiting_fleet(clock: StepClock, open_for: timedelta, idle: bool = True) -> Fleet:
+    """The notebook's finding, open ``open_for`` (the policy's grace is 2 h)."""
+    fleet = _fleet(clock, idle)
+    return replace(fleet, findings=tuple(replace(f, since=clock.now() - open_for)
+                                         for f in fleet.findings))  # fmt: skip
+
+
+def test_a_finding_that_clears_in_its_grace_is_dropped_never_acted_on(tmp_path: Path) -> None:
+    clock, nomad = StepClock(), StubNomad()
+    actor = _actor(tmp_path, nomad, clock)
+    for _ in range(3):
+        status = actor.step(_waiting_fleet(clock, timedelta(hours=1)), POLICY)
+        clock.tick(30)
+    assert [p.state for p in status.plan] == [PlanState.WAITING]
+    actor.step(_waiting_fleet(clock, timedelta(hours=1), idle=False), POLICY)
+    clock.tick(3 * 3600)
+    actor.step(_waiting_fleet(clock, timedelta(hours=1), idle=False), POLICY)
+    assert nomad.sent == []
+    assert _events(tmp_path) == ["plan.added", "plan.dropped"]
+
+
+def test_a_clock_jumping_past_the_grace_makes_the_act_due_not_done_in_the_same_sweep(
+    tmp_path: Path,
+) -> None:
+    clock, nomad = StepClock(), StubNomad()
+    actor = _actor(tmp_path, nomad, clock)
+    finding_since = clock.now() - timedelta(minutes=30)
+    fleet = _fleet(clock)
+    fleet = replace(fleet, findings=tuple(replace(f, since=finding_since) for f in fleet.findings))
+    assert actor.step(fleet, POLICY).plan[0].state is PlanState.WAITING
+    clock.at += timedelta(hours=3)  # the wall clock jumps; the monotonic clock does not
+    jumped = actor.step(fleet, POLICY)
+    assert jumped.plan[0].state is PlanState.DUE
+    assert nomad.sent == []  # due now, shown first: done at the next sweep only
+    clock.tick(30)
+    actor.step(fleet, POLICY)
+    assert len(nomad.sent) == 1
+
+
+def test_a_lock_lost_between_two_acts_stops_the_second(tmp_path: Path) -> None:
+    clock = StepClock()
+    keeper = StubKeeper()
+
+    class Losing(StubNomad):
+        def scale(self, *args: Any, **kwargs: Any) -> ActOutcome:
+            keeper.lock.ok = False  # renewal fails while this act is in flight
+            return super().scale(*args, **kwargs)
+
+    nomad = Losing()
+    second = ActionRule(Code.GPU_UNHEALTHY, Act.NODE_INELIGIBLE, line=9)
+    node2 = FleetNode("gpu-2", "node-2", "http://gpu-2:9877", NodeStatus.OK, "ready", True, 1,
+                      None, Level.WARN, {}, {})  # fmt: skip
+    other = Finding(Code.GPU_UNHEALTHY, Level.BAD, "GPU-2", "gpu-2", "GPU 0 reports ECC errors",
+                    {}, START - timedelta(hours=3), "gpu:GPU-2")  # fmt: skip
+    fleet = _fleet(clock)
+    fleet = replace(fleet, nodes=(*fleet.nodes, node2), findings=(*fleet.findings, other))
+    policy = replace(POLICY, actions=(*POLICY.actions, second))
+    actor = _actor(tmp_path, nomad, clock, keeper=keeper)
+    actor.step(fleet, policy)
+    clock.tick(30)
+    status = actor.step(fleet, policy)
+    # The scale-down (due first) went; the lock was not trusted for the ineligibility after it.
+    assert [kind for kind, _ in nomad.sent] == ["scale"]
+    (waits,) = [p for p in status.plan if p.act is Act.NODE_INELIGIBLE]
+    assert waits.state is PlanState.DUE and "only its holder acts" in waits.why
