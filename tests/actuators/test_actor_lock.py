@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpuledger.actuators.act_client import NomadActs
-from gpuledger.actuators.actor_lock import ActorLock
+from gpuledger.actuators.actor_lock import ActorLock, go_duration
 from gpuledger.collectors.nomad_transport import NomadSettings
 from gpuledger.sim.nomad_api import FakeNomad
 
@@ -103,3 +103,8 @@ def test_a_nomad_before_1_7_has_no_locks_and_nobody_holds(nomad: FakeNomad, time
     assert not state.held
     assert state.error is not None
     assert "1.7" in state.error
+
+
+def test_durations_go_to_nomad_to_the_millisecond() -> None:
+    assert go_duration(timedelta(seconds=10, milliseconds=500)) == "10500ms"
+    assert go_duration(timedelta(minutes=1)) == "60000ms"

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
-from gpuledger.actuators.act_client import NomadActs
+from gpuledger.actuators.act_client import ActOutcome, NomadActs, Result
 from gpuledger.actuators.audit_log import (
     AUDIT_PREFIX,
     AuditLog,
@@ -72,3 +73,26 @@ def test_a_variable_per_day_with_one_item_per_event() -> None:
         assert fake.variables.items(f"{AUDIT_PREFIX}/2026-12-04") == {
             "000000": '{"event":"plan.dropped"}'}  # fmt: skip
         assert variables.failing is None
+
+
+def test_an_odd_audit_variable_from_nomad_is_a_failure_not_a_crash() -> None:
+    class Odd:
+        def __init__(self, answer: object) -> None:
+            self.answer, self.put_items = answer, None
+
+        def get(self, *args: object, **kwargs: object) -> object:
+            return self.answer
+
+        def put(self, path: str, body: dict[str, Any], *args: object) -> ActOutcome:
+            self.put_items = body["Items"]
+            return ActOutcome(Result.DONE, 200, "")
+
+    odd = Odd({"Items": "abc", "ModifyIndex": 3})
+    AuditVariables(odd).append(AT, {"event": "x"})  # type: ignore[arg-type]
+    # Items that are no object of strings are read as none: the event is the first item.
+    assert odd.put_items == {"000000": '{"event":"x"}'}
+    for answer in ({"Items": {}, "ModifyIndex": "3"}, {"Items": {}, "ModifyIndex": True}):
+        odd = Odd(answer)
+        variables = AuditVariables(odd)  # type: ignore[arg-type]
+        variables.append(AT, {"event": "x"})
+        assert variables.failing is not None and odd.put_items is None

@@ -317,3 +317,55 @@ def test_a_lock_lost_between_two_acts_stops_the_second(tmp_path: Path) -> None:
     assert [kind for kind, _ in nomad.sent] == ["scale"]
     (waits,) = [p for p in status.plan if p.act is Act.NODE_INELIGIBLE]
     assert waits.state is PlanState.DUE and "only its holder acts" in waits.why
+
+
+def test_no_act_while_the_audit_cannot_be_written(tmp_path: Path) -> None:
+    clock, nomad = StepClock(), StubNomad()
+    actor = _actor(tmp_path, nomad, clock)
+    actor.audit.path = tmp_path / "gone" / "audit.jsonl"  # its folder removed
+    for _ in range(3):
+        status = actor.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert nomad.sent == []
+    assert "the audit cannot be written" in status.plan[0].why
+
+
+def test_a_restart_does_not_announce_the_plan_again(tmp_path: Path) -> None:
+    clock = StepClock()
+    actor = _actor(tmp_path, StubNomad(), clock, mode=ActMode.PLAN)
+    actor.step(_fleet(clock), POLICY)
+    clock.tick(30)
+    again = _actor(tmp_path, StubNomad(), clock, mode=ActMode.PLAN)
+    again.step(_fleet(clock), POLICY)
+    assert _events(tmp_path) == ["plan.added"]
+
+
+def test_webhooks_are_posted_by_the_replica_that_speaks_for_the_fleet_only(
+    tmp_path: Path,
+) -> None:
+    posted: list[str] = []
+
+    class Hooks:
+        def post(self, url: str, doc: dict[str, Any]) -> str | None:
+            posted.append(doc["key"])
+            return None
+
+    rule = ActionRule(Code.RESERVED_IDLE, Act.SCALE_DOWN, webhook="https://hooks.example/x")
+    policy = replace(POLICY, actions=(rule,))
+    clock = StepClock()
+    for mode, keeper, notify, posts in (
+        (ActMode.PLAN, None, True, 1),  # a plan-only fleet serve
+        (ActMode.PLAN, None, False, 0),  # a one-shot fleet plan
+        (ActMode.APPLY, StubKeeper(held=False, holder="fleet-b"), True, 0),  # not the holder
+        (ActMode.APPLY, StubKeeper(), True, 1),  # the holder
+    ):
+        posted.clear()
+        folder = tmp_path / f"{mode.value}-{notify}-{posts}"
+        folder.mkdir()
+        if keeper is not None and not keeper.lock.state.held:
+            keeper.lock.ok = False
+        config = ActConfig(mode=mode, identity="fleet-a", notify=notify)
+        actor = Actor(config, StubNomad(), AuditLog(folder / "a.jsonl"), clock, keeper)  # type: ignore[arg-type]
+        actor._webhooks = Hooks()  # type: ignore[assignment]
+        actor.step(_fleet(clock), policy)
+        assert len(posted) == posts, (mode, notify)

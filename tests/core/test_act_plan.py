@@ -274,3 +274,40 @@ def test_the_first_action_in_file_order_takes_a_finding_and_where_globs_match() 
     default = ActionRule(Code.RESERVED_IDLE, None, notify=True, where={"namespace": "def*"})
     (c,) = candidates(fleet(idle()), (default, SCALE))
     assert c.rule is default
+
+
+def test_an_allocation_with_two_gpus_both_idle_is_scaled_down() -> None:
+    two = alloc(gpus=frozenset({GPU, "GPU-second"}))
+    f = fleet(idle(), idle(gpu="GPU-second"))
+    (p,) = plan_of(f, facts(a=two, j=job(two)))
+    assert p.state is PlanState.DUE
+
+
+def test_a_group_with_a_migrating_or_canary_allocation_is_held() -> None:
+    other = AllocFacts("other", "default", "notebook", "notebook", NODE_ID, "run", "running", 0,
+                       frozenset({"GPU-x"}), moving=True)  # fmt: skip
+    ours = alloc(index=1)
+    (p,) = plan_of(fleet(idle()), facts(a=ours, j=job(ours, other, count=2)))
+    assert p.state is PlanState.HELD
+    assert "migrating" in p.why
+
+
+def test_a_group_with_pending_allocations_is_held() -> None:
+    # Count 2 with one running: a lower count places one fewer; nothing is stopped.
+    (p,) = plan_of(fleet(idle()), facts(j=job(count=2)))
+    assert p.state is PlanState.HELD
+    assert "wants 2 but runs 1" in p.why
+
+
+def test_two_nodes_of_one_name_hold_the_act() -> None:
+    twins = (node(), node(node_id="22222222-0000-4000-8000-000000000002"))
+    (p,) = plan_of(fleet(idle(), nodes=twins), facts())
+    assert p.state is PlanState.HELD
+    assert "two nodes are named gpu-00001" in p.why
+
+
+def test_a_notify_only_action_plans_a_notice_not_an_act() -> None:
+    rule = ActionRule(Code.RESERVED_IDLE, None, notify=True)
+    (p,) = plan_of(fleet(idle()), facts(), rules=(rule,))
+    assert (p.act, p.state, p.notify) == (Act.NOTIFY, PlanState.HELD, True)
+    assert p.key == f"notify:{ALLOC}"

@@ -96,8 +96,8 @@ def test_the_page_shows_the_section_with_hostile_names_as_text() -> None:
 def test_the_metrics_every_action_and_state_the_notices_the_acts_and_the_lock() -> None:
     body = render(snapshot(), "")[0].decode()
     # By hand from the plan: scale-down due 1 and refused 1; stop-allocation waiting 1;
-    # node-ineligible held 1; every other pair 0 (3 acts x 5 states = 15 samples).
-    assert body.count("gpuledger_action_planned{") == 15
+    # node-ineligible held 1; every other pair 0 (4 actions, notify among them, x 5 states).
+    assert body.count("gpuledger_action_planned{") == 20
     for line in ('gpuledger_action_planned{action="scale-down",state="due"} 1.0',
                  'gpuledger_action_planned{action="scale-down",state="refused"} 1.0',
                  'gpuledger_action_planned{action="stop-allocation",state="waiting"} 1.0',

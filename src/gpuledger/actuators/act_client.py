@@ -104,6 +104,9 @@ def parse_alloc(doc: object) -> AllocFacts:
     if not isinstance(doc, Mapping) or not _text(doc.get("ID")):
         raise ValueError("an allocation without an ID")
     name = _NAME_INDEX.search(_text(doc.get("Name")))
+    transition, deployment = doc.get("DesiredTransition"), doc.get("DeploymentStatus")
+    migrating = isinstance(transition, Mapping) and transition.get("Migrate") is True
+    canary = isinstance(deployment, Mapping) and deployment.get("Canary") is True
     return AllocFacts(
         id=_text(doc["ID"]),
         namespace=_text(doc.get("Namespace")) or "default",
@@ -114,6 +117,7 @@ def parse_alloc(doc: object) -> AllocFacts:
         client=_text(doc.get("ClientStatus")),
         name_index=int(name.group(1)) if name else None,
         gpus=_gpus(doc),
+        moving=migrating or canary,
     )
 
 
@@ -283,7 +287,7 @@ class NomadActs(NomadApi):
         if status == 403:
             why = f"403 {said}: the token lacks {capability}; grant it as {ACT_POLICY} does"
             return ActOutcome(Result.REFUSED, status, self._redact(why))
-        if status == 409 or (status == 500 and said.startswith(_INDEX_CHANGED)):
+        if status == 409 or (status == 500 and _INDEX_CHANGED in said):
             return ActOutcome(Result.CHANGED, status, self._redact(f"{status} {said}"))
         if 400 <= status < 500:
             return ActOutcome(Result.REFUSED, status, self._redact(f"{status} {said}"))

@@ -28,9 +28,13 @@ from gpuledger.model.text import excerpt, is_text
 _VARIABLES = 'variables { path "nomad/jobs/gpuledger-fleet/*" { capabilities = ["write"] } }'
 
 
+LOCK_RANGE = (timedelta(seconds=10), timedelta(hours=24))
+"""The TTL and lock delay Nomad takes (Locks HTTP API: from 10s to 24h)."""
+
+
 def go_duration(span: timedelta) -> str:
-    """A duration as Go's ``time.ParseDuration`` reads it: whole seconds."""
-    return f"{int(span.total_seconds())}s"
+    """A duration as Go's ``time.ParseDuration`` reads it, to the millisecond (``10500ms``)."""
+    return f"{round(span.total_seconds() * 1000)}ms"
 
 
 class ActorLock:
@@ -60,9 +64,10 @@ class ActorLock:
     def _url(self) -> str:
         return f"v1/var/{quote(self.path, safe='/')}"
 
-    def trusted(self) -> bool:
-        """Whether this actor holds the lock and renewed it within its TTL."""
-        fresh = self._monotonic() - self._renewed < self.ttl.total_seconds()
+    def trusted(self, spare: float = 0.0) -> bool:
+        """Whether this actor holds the lock and renewed it within its TTL, with ``spare``
+        seconds of it still left (the time an act may take to reach Nomad)."""
+        fresh = self._monotonic() - self._renewed < self.ttl.total_seconds() - spare
         return self._id is not None and fresh
 
     def hold(self) -> LockView:

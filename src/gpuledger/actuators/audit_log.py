@@ -77,9 +77,10 @@ class AuditLog:
         self.failing: str | None = None
         """Why the last append to the file failed, if it did (shown on the fleet page)."""
 
-    def append(self, event: AuditEvent) -> None:
+    def append(self, event: AuditEvent, shared: bool = True) -> None:
         """Record ``event``; a file or Variable that cannot be written is logged, not raised
-        (an act already done must not be lost to a full disk; the next act waits for it)."""
+        (an act already done must not be lost to a full disk; the next act waits for it). The
+        day's Variable only when ``shared``: the replica that speaks for the fleet."""
         doc = audit_doc(event)
         log.info(f"audit.{event.event}", **{k: v for k, v in doc.items() if k != "event"})
         if self.path is not None:
@@ -93,7 +94,7 @@ class AuditLog:
             except OSError as err:
                 self.failing = f"{text_of(str(self.path))}: {err.strerror or err}"
                 log.error("audit.write_failed", file=str(self.path), error=self.failing)  # noqa: TRY400
-        if self.variables is not None:
+        if self.variables is not None and shared:
             self.variables.append(event.at, doc)
 
     def events(self, since: datetime | None = None) -> Iterator[AuditEvent]:
@@ -125,8 +126,13 @@ class AuditVariables:
             except SourceError as err:
                 self.failing = err.message
                 return
-            items = dict(current.get("Items") or {}) if isinstance(current, dict) else {}
+            got = current.get("Items") if isinstance(current, dict) else None
+            items = {k: v for k, v in got.items() if isinstance(k, str) and isinstance(v, str)} \
+                if isinstance(got, dict) else {}  # fmt: skip
             index = current.get("ModifyIndex", 0) if isinstance(current, dict) else 0
+            if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+                self.failing = "the audit Variable's ModifyIndex is no index"
+                return
             if sum(len(k) + len(str(v)) for k, v in items.items()) + len(line) > VARIABLE_LIMIT:
                 self._full.add(day)
                 log.warning("audit.variable_full", variable=path, file_keeps="every line")
@@ -144,3 +150,5 @@ class AuditVariables:
                 self.failing = out.answer
                 log.warning("audit.variable_failed", variable=path, error=out.answer)
                 return
+        self.failing = "another writer changed the day's Variable at each of two tries"
+        log.warning("audit.variable_failed", variable=path, error=self.failing)

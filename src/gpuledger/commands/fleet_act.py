@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuledger.actuators.act_client import NomadActs
-from gpuledger.actuators.actor_lock import ActorLock
+from gpuledger.actuators.actor_lock import LOCK_RANGE, ActorLock
 from gpuledger.actuators.audit_log import AuditLog, AuditVariables, read_audit_file
 from gpuledger.collectors.ledgers import LedgerReader
 from gpuledger.commands.fleet import FleetOptions, fleet_config, quiet_logging
@@ -57,6 +57,7 @@ def make_actor(
     interval: timedelta,
     clock: Clock,
     mode: ActMode,
+    notify: bool = True,
 ) -> Actor | None:
     """The actor ``mode`` asks for (``None``: off); ``UsageError`` where it cannot be."""
     if mode is ActMode.OFF:
@@ -66,6 +67,11 @@ def make_actor(
         raise UsageError(f"{where}: {policy.source} has no actions: there is nothing to plan; "
                          "add an actions: list (docs: actions.md), or leave --act out")  # fmt: skip
     problems = action_problems(policy, interval)
+    low, high = LOCK_RANGE
+    for flag, span in (("--act-lock-ttl", flags.lock_ttl), ("--act-lock-delay", flags.lock_delay)):
+        if not low <= span <= high:
+            problems.append(f"{flag}: Nomad takes a lock's TTL and delay from 10s to 24h; "
+                            f"give one in that range")  # fmt: skip
     if problems:
         raise UsageError("\n".join(problems))
     nomad_on = options.nomad_nodes
@@ -84,6 +90,7 @@ def make_actor(
         lock_namespace=flags.lock_namespace,
         lock_ttl=flags.lock_ttl,
         lock_delay=flags.lock_delay,
+        notify=notify,
     )
     keeper = None
     if mode is ActMode.APPLY:
@@ -97,7 +104,9 @@ def make_actor(
             monotonic=clock.monotonic,
             now=clock.now,
         )
-        keeper = LockKeeper(lock)
+        keeper = LockKeeper(
+            lock, spare=min(options.nomad.timeout, flags.lock_ttl.total_seconds() / 2)
+        )
     return Actor(config, acts, audit, clock, keeper)
 
 
@@ -108,7 +117,7 @@ def fleet_plan(
     """``gpuledger fleet plan``: one sweep and its plan; nothing is done. ``FOUND`` (1) when an
     act is due, as ``nomad job plan`` exits 1 when the plan would change something."""
     clock = SystemClock()
-    actor = make_actor(flags, options, policy, interval, clock, ActMode.PLAN)
+    actor = make_actor(flags, options, policy, interval, clock, ActMode.PLAN, notify=False)
     if actor is None:  # pragma: no cover - make_actor refuses a policy without actions
         return ExitCode.OK
     config = fleet_config(options)

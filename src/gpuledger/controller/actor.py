@@ -75,14 +75,17 @@ class ActConfig:
     lock_ttl: timedelta = timedelta(seconds=15)
     lock_delay: timedelta = timedelta(seconds=15)
     owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS
+    notify: bool = True
+    """Post the actions' webhooks (``False``: ``fleet plan``, which only shows)."""
 
 
 class LockKeeper:
     """Holds the actor lock between sweeps: renews every third of its TTL on its own thread
     (and session), and releases it at shutdown."""
 
-    def __init__(self, lock: ActorLock) -> None:
-        self.lock = lock
+    def __init__(self, lock: ActorLock, spare: float = 5.0) -> None:
+        """``spare``: the seconds of the TTL an act must still have (Nomad's request timeout)."""
+        self.lock, self.spare = lock, spare
         self._stop = threading.Event()
         self._mutex = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="actor-lock", daemon=True)
@@ -114,7 +117,7 @@ class LockKeeper:
     def trusted(self) -> bool:
         """Whether this replica may act now."""
         with self._mutex:
-            return self.lock.trusted()
+            return self.lock.trusted(self.spare)
 
     def stop(self) -> None:
         """Stop renewing and give the lock back."""
@@ -142,6 +145,11 @@ class Actor:
         self.config, self._acts, self.audit, self.clock = config, acts, audit, clock
         self.keeper = keeper
         self._previous: dict[str, PlannedAct] = {}
+        """The plan of the sweep before: what may be acted on now (never restored: after a
+        restart an act is shown once more before it is done)."""
+        self._told: dict[str, PlannedAct] = {}
+        """What the audit last said of each act (restored from the file): a change is recorded
+        and posted once, not again after a restart."""
         self._recent: deque[AuditEvent] = deque(maxlen=RECENT_EVENTS)
         self._tried: Counter[tuple[str, str]] = Counter()
         self._version: tuple[tuple[int, ...] | str, float] | None = None
@@ -154,7 +162,14 @@ class Actor:
         """The acts the audit says were done in the last hour (before a restart)."""
         since = self.clock.now() - RECENT
         done = []
-        for event in self.audit.events(since):
+        for event in self.audit.events(since - timedelta(hours=23)):
+            if event.act is not None and event.event.startswith("plan."):
+                if event.event == "plan.dropped":
+                    self._told.pop(event.act.key, None)
+                else:
+                    self._told[event.act.key] = event.act
+            if event.at < since:
+                continue
             self._recent.append(event)
             if event.event == "act.done" and event.act is not None:
                 done.append(Done(event.act.key, event.at, event.act.rule_line))
@@ -239,10 +254,18 @@ class Actor:
 
     # ---------------------------------------------------------------- audit
 
+    def _speaks(self) -> bool:
+        """Whether this replica speaks for the fleet (webhooks, the shared audit Variable): the
+        lock's holder under ``apply``; under ``plan`` the replica itself, but never a one-shot
+        ``fleet plan``. Other replicas plan and keep their own file only."""
+        if self.config.mode is ActMode.APPLY:
+            return self.keeper is not None and self.keeper.trusted()
+        return self.config.notify
+
     def _record(self, event: str, act: PlannedAct | None, answer: str | None = None) -> None:
         happened = AuditEvent(self.clock.now(), event, self.config.identity, act, answer)
         self._recent.append(happened)
-        self.audit.append(happened)
+        self.audit.append(happened, shared=self._speaks())
 
     def _audit_changes(self, plan: Sequence[PlannedAct], now: datetime) -> None:
         """``plan.added``, ``plan.changed`` (its state) and ``plan.dropped`` (its finding
@@ -250,18 +273,19 @@ class Actor:
         keys = set()
         for p in plan:
             keys.add(p.key)
-            before = self._previous.get(p.key)
-            if before is None:
+            told = self._told.get(p.key)
+            if told is None:
                 self._record("plan.added", p)
-            elif before.state is not p.state:
+            elif told.state is not p.state:
                 self._record("plan.changed", p)
             else:
                 continue
-            if p.webhook:
+            self._told[p.key] = p
+            if p.webhook and self._speaks():
                 self._webhooks.post(p.webhook, planned_doc(p))
-        for key, before in self._previous.items():
-            if key not in keys:
-                self._record("plan.dropped", before, "its finding cleared or no action takes it")
+        for key in [k for k in self._told if k not in keys]:
+            before = self._told.pop(key)
+            self._record("plan.dropped", before, "its finding cleared or no action takes it")
 
     # ---------------------------------------------------------------- acts
 
@@ -273,12 +297,14 @@ class Actor:
             return replace(
                 p, why="due: done at the next sweep if still due (a plan before any act)"
             )
-        keeper = self.keeper
-        if keeper is None or not keeper.trusted():
-            holder = keeper.lock.state.holder if keeper else None
-            who = f"held by {holder}" if holder else "not held by this replica"
-            return replace(p, why=f"due: the actor lock is {who}; only its holder acts")
+        if (why := self._not_now()) is not None:
+            return replace(p, why=why)
         self._record("act.started", p)
+        # The record may have taken a while (a disk, the audit Variable): the lock is asked
+        # again just before the act is sent, with the time a request to Nomad may take spared.
+        if (why := self._not_now()) is not None:
+            self._record("act.skipped", p, why)
+            return replace(p, why=why)
         outcome = self._do(p)
         self._tried[(p.act.value, outcome.result.value)] += 1
         if outcome.result is Result.DONE:
@@ -294,6 +320,17 @@ class Actor:
             self._refused[p.key] = (self.clock.monotonic(), after)
         self._record(event, after, outcome.answer)
         return after
+
+    def _not_now(self) -> str | None:
+        """Why no act may be sent now: the lock not trusted, or the audit not writable."""
+        keeper = self.keeper
+        if keeper is None or not keeper.trusted():
+            holder = keeper.lock.state.holder if keeper else None
+            who = f"held by {holder}" if holder else "not held by this replica"
+            return f"due: the actor lock is {who}; only its holder acts"
+        if self.audit.failing is not None:
+            return f"due: the audit cannot be written ({self.audit.failing}): no act until it can"
+        return None
 
     def _do(self, p: PlannedAct) -> ActOutcome:
         t, acts = p.target, self._acts

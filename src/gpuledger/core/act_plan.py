@@ -55,7 +55,10 @@ class Candidate:
     finding: Finding
     node: FleetNode
     blind: str | None = None
-    """Why the node's own reads failed this sweep (its ``source-unavailable``), if they did."""
+    """Why the node's own reads failed this sweep (its ``source-unavailable``), if they did, or
+    why the node cannot be told (two nodes of one name)."""
+    siblings: tuple[Finding, ...] = ()
+    """Every finding of the same act's target (an allocation's GPUs, each idle)."""
 
     @property
     def alloc(self) -> str | None:
@@ -116,10 +119,13 @@ def candidates(fleet: Fleet, actions: Sequence[ActionRule]) -> tuple[Candidate, 
     if not actions:
         return ()
     nodes: dict[str, FleetNode] = {}
+    blind: dict[str, str] = {}
     for node in fleet.nodes:
         if node.status is NodeStatus.OK and node.counted:
+            if node.name in nodes:
+                # A finding names its node by name: which of the two is meant cannot be told.
+                blind[node.name] = f"two nodes are named {node.name}: which one cannot be told"
             nodes.setdefault(node.name, node)
-    blind: dict[str, str] = {}
     for f in fleet.findings:
         if f.code is Code.SOURCE_UNAVAILABLE and f.node in nodes:
             blind.setdefault(f.node, f.message)
@@ -131,9 +137,11 @@ def candidates(fleet: Fleet, actions: Sequence[ActionRule]) -> tuple[Candidate, 
             continue
         candidate = Candidate(rule, finding, at, blind.get(finding.node))
         kept = found.get(candidate.key)
+        siblings = (*(kept.siblings if kept else ()), finding)
         # One act per target: the finding that opened first speaks for it.
         if kept is None or _since(finding) < _since(kept.finding):
-            found[candidate.key] = candidate
+            kept = candidate
+        found[candidate.key] = replace(kept, siblings=siblings)
     return tuple(found.values())
 
 
@@ -197,7 +205,7 @@ def plan_acts(
         planned.append(
             PlannedAct(
                 key=c.key,
-                act=c.rule.act or Act.SCALE_DOWN,
+                act=c.rule.act or Act.NOTIFY,
                 target=judged.target,
                 code=c.finding.code,
                 finding=c.finding.message,
@@ -232,9 +240,10 @@ def _idle_gpus(found: Sequence[Candidate], now: datetime) -> dict[str, set[str]]
     """Per allocation, its GPUs with an idle finding past the grace of the action taking it."""
     idle: dict[str, set[str]] = {}
     for c in found:
-        f = c.finding
-        if f.code in _IDLE and c.alloc and f.gpu and f.since and f.since + c.rule.after <= now:
-            idle.setdefault(c.alloc, set()).add(f.gpu)
+        for f in c.siblings or (c.finding,):
+            due = f.since is not None and f.since + c.rule.after <= now
+            if f.code in _IDLE and c.alloc and f.gpu and due:
+                idle.setdefault(c.alloc, set()).add(f.gpu)
     return idle
 
 
@@ -394,6 +403,19 @@ def _scale(
     if count - 1 < c.rule.min:
         why = f"group {alloc.group} is at {count}, and the action's min is {c.rule.min}"
         return _Judged(PlanState.HELD, why, target, job.modify_index, (count, count))
+    running = [a for a in job.allocs if a.group == alloc.group and not a.stopping]
+    if any(a.moving for a in running):
+        why = (
+            f"an allocation of group {alloc.group} is migrating or a deployment's canary: "
+            "Nomad would stop it first; held until the group is settled"
+        )
+        return _Judged(PlanState.HELD, why, target)
+    if count > len(running):
+        why = (
+            f"group {alloc.group} wants {count} but runs {len(running)}: a lower count would "
+            "place one fewer, not stop this one"
+        )
+        return _Judged(PlanState.HELD, why, target)
     victim = _victim(job, alloc.group)
     if victim is not None and victim.id != alloc.id:
         why = (

@@ -26,6 +26,8 @@ class Act(str, enum.Enum):
     """``POST /v1/allocation/:id/stop``: Nomad reschedules it by the job's policy."""
     NODE_INELIGIBLE = "node-ineligible"
     """``POST /v1/node/:id/eligibility``: no new work on the node; what runs keeps running."""
+    NOTIFY = "notify"
+    """No act: an action that only notifies (no ``act:`` in the policy) plans this, never due."""
 
 
 ACTS_FOR: Mapping[Code, frozenset[Act]] = {
@@ -194,6 +196,9 @@ class AllocFacts:
     """The ``N`` of its name ``job.group[N]``: Nomad stops the highest first on a scale-down."""
     gpus: frozenset[str] = frozenset()
     """The ``nvidia/gpu`` device IDs Nomad gave it (``AllocatedResources``); empty: not told."""
+    moving: bool = False
+    """Nomad is migrating it (``DesiredTransition.Migrate``: a drain) or it is a deployment's
+    canary: a scale-down would stop it first, whatever its index."""
 
     @property
     def stopping(self) -> bool:
