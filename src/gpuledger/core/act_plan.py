@@ -403,19 +403,8 @@ def _scale(
     if count - 1 < c.rule.min:
         why = f"group {alloc.group} is at {count}, and the action's min is {c.rule.min}"
         return _Judged(PlanState.HELD, why, target, job.modify_index, (count, count))
-    running = [a for a in job.allocs if a.group == alloc.group and not a.stopping]
-    if any(a.moving for a in running):
-        why = (
-            f"an allocation of group {alloc.group} is migrating or a deployment's canary: "
-            "Nomad would stop it first; held until the group is settled"
-        )
-        return _Judged(PlanState.HELD, why, target)
-    if count > len(running):
-        why = (
-            f"group {alloc.group} wants {count} but runs {len(running)}: a lower count would "
-            "place one fewer, not stop this one"
-        )
-        return _Judged(PlanState.HELD, why, target)
+    if (unsettled := _unsettled(job, alloc.group, count)) is not None:
+        return _Judged(PlanState.HELD, unsettled, target)
     victim = _victim(job, alloc.group)
     if victim is not None and victim.id != alloc.id:
         why = (
@@ -437,6 +426,23 @@ def _scale(
             )
             return _Judged(PlanState.HELD, why, target)
     return judged
+
+
+def _unsettled(job: JobFacts, group: str, count: int) -> str | None:
+    """Why a lower count of ``group`` would not stop the allocation Nomad names by index: one
+    migrating or a canary (stopped first), or fewer running than its count (none stopped)."""
+    running = [a for a in job.allocs if a.group == group and not a.stopping]
+    if any(a.moving for a in running):
+        return (
+            f"an allocation of group {group} is migrating or a deployment's canary: Nomad "
+            "would stop it first; held until the group is settled"
+        )
+    if count > len(running):
+        return (
+            f"group {group} wants {count} but runs {len(running)}: a lower count would place "
+            "one fewer, not stop this one"
+        )
+    return None
 
 
 def _victim(job: JobFacts, group: str) -> AllocFacts | None:
