@@ -233,3 +233,41 @@ def test_a_profile_override_is_tested_on_the_simulated_mig_node(tmp_path: Path) 
     assert (code, out.splitlines()[-1]) == (0, "1 case: 1 passed, 0 failed"), out
     code, out = run(str(write_suite(tmp_path, case.replace("{}", "BAD"), policy)))
     assert code == 1, out
+
+
+ACTING_POLICY = """\
+version: 1
+actions:
+  - on: reserved-idle
+    where: {namespace: research}
+    notify: true
+  - on: reserved-idle
+    after: 3h
+    act: scale-down
+"""
+IDLE_CASE = """\
+  - name: {name}
+    gpus:
+      - index: 1
+        reservation: {{id: a1, namespace: {namespace}, job: notebook, task: jupyter}}
+    history: {{1: {{state: 20h}}}}
+    expect:
+      - {{code: reserved-idle, level: WARN, gpu: 1, {expect}}}
+"""
+
+
+def test_a_case_says_what_the_policys_actions_do_with_a_finding(tmp_path: Path) -> None:
+    # By hand from ACTING_POLICY: a research notebook is taken by the first action (notify
+    # only), another namespace's by the second (scale-down after 3h).
+    tests = IDLE_CASE.format(name="research is told", namespace="research", expect="act: notify")
+    tests += IDLE_CASE.format(name="default is scaled", namespace="default",
+                              expect="act: scale-down, after: 3h")  # fmt: skip
+    code, out = run(str(write_suite(tmp_path, tests, ACTING_POLICY)))
+    assert code == 0, out
+    wrong = IDLE_CASE.format(name="wrong grace", namespace="default",
+                             expect="act: scale-down, after: 2h")  # fmt: skip
+    code, out = run(str(write_suite(tmp_path, wrong, ACTING_POLICY)))
+    assert code == 1
+    assert "-{code: reserved-idle, level: WARN, gpu: 1, act: scale-down, after: 2h}" in out
+    # The + line, to paste into the file, says what the actions really do.
+    assert "task: jupyter}, act: scale-down, after: 3h}" in out
