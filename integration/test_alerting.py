@@ -135,7 +135,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     server = hook.serve()
     serve = Serve(world, folder, interval=f"{SCRAPE_S}s")
     try:
-        fleet = start_fleet(daemons, serve.url)
+        fleet = start_fleet(daemons, serve.url, folder)
         am_port, prom_port = free_port(), free_port()
         (folder / "am.yml").write_text(yaml.safe_dump(alertmanager_config(hook_url(server))))
         daemons.start(
@@ -160,11 +160,25 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         world.stop()
 
 
-def start_fleet(daemons: Daemons, serve_url: str) -> str:
+# The fleet's policy: the built-in one, and one action that notifies of the demo's transcoder
+# outside Nomad, so that the actor's series GPULedgerActionPlanned reads are served (planned,
+# never done: --act is plan, and Nomad is left out).
+FLEET_POLICY = """\
+version: 1
+actions:
+  - on: unmanaged-tenant
+    notify: true
+"""
+
+
+def start_fleet(daemons: Daemons, serve_url: str, folder: Path) -> str:
     """``gpuledger fleet serve`` over the one node controller, Nomad left out."""
     port = free_port()
+    policy = folder / "fleet-policy.yaml"
+    policy.write_text(FLEET_POLICY)
     command = [*GPULEDGER, "fleet", "serve", "--listen", f"127.0.0.1:{port}", "--interval",
-               f"{SCRAPE_S}s", "--targets", serve_url, "--no-nomad"]  # fmt: skip
+               f"{SCRAPE_S}s", "--targets", serve_url, "--no-nomad", "--policy", str(policy),
+               "--audit-file", str(folder / "audit.jsonl")]  # fmt: skip
     return daemons.start("fleet", command, f"http://127.0.0.1:{port}/metrics")
 
 
@@ -373,6 +387,10 @@ def problems_of(
     return problems + [f"{where}: no label {x} on its metrics" for x in missing_labels]
 
 
+# The series only ``fleet serve`` has: its own, and its actor's (issue 27).
+FLEET_SERIES = ("gpuledger_fleet_", "gpuledger_action_", "gpuledger_actions_", "gpuledger_actor_")
+
+
 def unknown_names(stack: Stack, fleet: bool) -> list[str]:
     """What the rules and dashboard name, for the node or the fleet, that is not served."""
     assert not fleet or stack.fleet
@@ -388,7 +406,7 @@ def unknown_names(stack: Stack, fleet: bool) -> list[str]:
     target_labels = {"instance", "job"} | (set() if fleet else {"node"})
     problems = []
     for where, expr, beside in named():
-        of_fleet = any(m.startswith("gpuledger_fleet_") for m, _ in names(expr).selectors)
+        of_fleet = any(m.startswith(FLEET_SERIES) for m, _ in names(expr).selectors)
         if of_fleet is fleet:
             problems += problems_of(where, expr, beside, known, target_labels)
     return problems
