@@ -192,7 +192,6 @@ def test_with_actions_the_default_is_a_plan_and_no_write_reaches_nomad(
     served = serve(act_world.flags(), act_world.folder / "plan.log")
     until(lambda: len(served.planned()) == 5, why="the plan of five acts")
     assert served.actions()["mode"] == "plan"
-    time.sleep(0)  # the sweeps below are counted, not slept
     sweeps = act_world.sim.answered[200] + act_world.sim.answered[304]
     until(lambda: act_world.sim.answered[200] + act_world.sim.answered[304] >= sweeps + 12,
           why="four more sweeps")  # fmt: skip

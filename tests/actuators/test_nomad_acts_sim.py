@@ -108,6 +108,26 @@ def test_a_missing_capability_is_refused_naming_it_and_the_shipped_policy(
         assert capability in out.answer and ACT_POLICY in out.answer
 
 
+@pytest.mark.parametrize(
+    ("status", "body", "result"),
+    [
+        (409, "job modify index mismatch", Result.CHANGED),  # re-planned, never sent blind
+        (400, "invalid count", Result.REFUSED),  # not sent again at each sweep
+        (503, "rpc error: No cluster leader", Result.FAILED),  # tried again
+    ],
+)
+def test_each_answer_of_a_refused_scale_is_read_as_what_it_means(
+    world: tuple[FleetSim, FakeNomad, NomadActs], status: int, body: str, result: Result
+) -> None:
+    _, fake, acts = world
+    fake.fail_writes("/v1/job/:id/scale", 1, status, body)
+    job = acts.job("default", "notebook")
+    out = acts.scale("default", "notebook", "notebook", 0, job.modify_index, "idle")
+    assert (out.result, out.status) == (result, status)
+    assert out.answer == f"{status} {body}"
+    assert acts.job("default", "notebook").counts == {"notebook": 1}
+
+
 def test_nomad_failing_is_failed_not_refused(world: tuple[FleetSim, FakeNomad, NomadActs]) -> None:
     _, fake, acts = world
     fake.fail_writes("/v1/node/:id/eligibility", 1, 500, "rpc error: No cluster leader")
