@@ -8,6 +8,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuledger.actuators.act_client import ActOutcome, NomadActs, Result
 from gpuledger.actuators.audit_log import (
     AUDIT_PREFIX,
@@ -16,6 +18,7 @@ from gpuledger.actuators.audit_log import (
     read_audit_file,
 )
 from gpuledger.collectors.nomad_transport import NomadSettings
+from gpuledger.errors import SourceError
 from gpuledger.model import Code
 from gpuledger.model.actions import Act, ActTarget, AuditEvent, PlannedAct, PlanState
 from gpuledger.sim.nomad_api import FakeNomad
@@ -96,3 +99,35 @@ def test_an_odd_audit_variable_from_nomad_is_a_failure_not_a_crash() -> None:
         variables = AuditVariables(odd)  # type: ignore[arg-type]
         variables.append(AT, {"event": "x"})
         assert variables.failing is not None and odd.put_items is None
+
+
+def test_the_days_variables_read_back_in_order_a_hostile_item_skipped_and_counted() -> None:
+    late = AT.replace(hour=23, minute=50)
+    first = AuditEvent(late, "act.done", "fleet-a", _act("scale-down:a1"))
+    second = AuditEvent(
+        late + timedelta(minutes=20), "plan.added", "fleet-a", _act("scale-down:b2")
+    )
+    with FakeNomad("00000000-0000-4000-8000-00000000f1ee") as fake:
+        variables = AuditVariables(NomadActs(NomadSettings(addr=fake.url, timeout=2.0)))
+        log = AuditLog(None, variables)
+        log.append(AuditEvent(AT, "plan.added", "fleet-a", _act("scale-down:old")))
+        log.append(first)
+        variables.append(late, {"event": "forged", "at": 1})  # no event of the audit's shape
+        log.append(second)  # past midnight: the next day's Variable
+        read = variables.events(late - timedelta(minutes=5), late + timedelta(hours=1))
+        assert [(e.event, e.at, e.act.key if e.act else None) for e in read.events] == [
+            ("act.done", late, "scale-down:a1"),
+            ("plan.added", late + timedelta(minutes=20), "scale-down:b2"),
+        ]
+        assert read.skipped == 1
+        # A day nobody wrote is empty, not an error.
+        assert variables.events(AT + timedelta(days=5), AT + timedelta(days=5)).events == []
+
+
+def test_an_audit_variable_without_items_is_an_error_to_act_on_not_an_empty_record() -> None:
+    class Odd:
+        def get(self, *args: object, **kwargs: object) -> object:
+            return {"Items": "abc", "ModifyIndex": 3}
+
+    with pytest.raises(SourceError, match="has no Items"):
+        AuditVariables(Odd()).events(AT, AT)  # type: ignore[arg-type]

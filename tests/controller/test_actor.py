@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuledger.actuators.act_client import ActOutcome, Result
-from gpuledger.actuators.audit_log import AuditLog, read_audit_file
+from gpuledger.actuators.audit_log import AuditLog, AuditVariables, read_audit_file
 from gpuledger.controller.actor import ActConfig, Actor
+from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import Code, Finding, Level, SourceStatus
 from gpuledger.model.actions import (
     Act,
@@ -369,3 +370,77 @@ def test_webhooks_are_posted_by_the_replica_that_speaks_for_the_fleet_only(
         actor._webhooks = Hooks()  # type: ignore[assignment]
         actor.step(_fleet(clock), policy)
         assert len(posted) == posts, (mode, notify)
+
+
+class SharedVariables:
+    """The audit Variables as Nomad keeps them (``GET``/``PUT /v1/var/:path``, check-and-set on
+    ``ModifyIndex``), shared by two replicas' ``AuditVariables``; ``down`` fails every read."""
+
+    def __init__(self) -> None:
+        self.vars: dict[str, dict[str, Any]] = {}
+        self.down = False
+
+    def get(self, path: str, capability: str, params: Any = None,
+            missing_ok: bool = False) -> Any:  # fmt: skip
+        if self.down:
+            raise SourceError(SourceName.NOMAD, "GET /v1/var: 500 No cluster leader")
+        return self.vars.get(path.removeprefix("/"))
+
+    def put(self, path: str, body: Any, params: Any, capability: str) -> ActOutcome:
+        held = self.vars.get(path, {"ModifyIndex": 0})
+        if int(params["cas"]) != held["ModifyIndex"]:
+            return ActOutcome(Result.CHANGED, 409, "409 cas conflict")
+        self.vars[path] = {"Items": dict(body["Items"]), "ModifyIndex": held["ModifyIndex"] + 1}
+        return ActOutcome(Result.DONE, 200, "{}")
+
+
+def _replica(folder: Path, name: str, nomad: StubNomad, clock: StepClock,
+             shared: SharedVariables, keeper: StubKeeper) -> Actor:  # fmt: skip
+    folder.mkdir(exist_ok=True)
+    config = ActConfig(mode=ActMode.APPLY, identity=name, audit_file=folder / "audit.jsonl")
+    audit = AuditLog(folder / "audit.jsonl", AuditVariables(shared))  # type: ignore[arg-type]
+    return Actor(config, nomad, audit, clock, keeper)  # type: ignore[arg-type]
+
+
+def _holder(name: str, since: datetime) -> StubKeeper:
+    keeper = StubKeeper(holder=name)
+    keeper.lock.state = replace(keeper.lock.state, since=since)
+    return keeper
+
+
+def test_a_replica_taking_the_lock_over_counts_what_the_holder_before_did(tmp_path: Path) -> None:
+    clock, shared = StepClock(), SharedVariables()
+    a = _replica(tmp_path / "a", "fleet-a", StubNomad(), clock, shared, _holder("fleet-a", START))
+    for _ in range(2):
+        a.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert any(e.event == "act.done" for e in a.step(_fleet(clock), POLICY).recent)
+    # a dies; b, with its own (empty) audit file, takes the lock. Nomad has not yet stopped
+    # the allocation: only the shared audit says the act was done.
+    b_nomad = StubNomad()
+    b = _replica(tmp_path / "b", "fleet-b", b_nomad, clock, shared,
+                 _holder("fleet-b", clock.now()))  # fmt: skip
+    for _ in range(3):
+        status = b.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert b_nomad.sent == []
+    assert status.plan[0].state is PlanState.DONE
+    assert [e.actor for e in status.recent if e.event == "act.done"] == ["fleet-a"]
+
+
+def test_no_act_until_the_shared_audit_is_read_back(tmp_path: Path) -> None:
+    clock, shared = StepClock(), SharedVariables()
+    shared.down = True
+    nomad = StubNomad()
+    b = _replica(tmp_path / "b", "fleet-b", nomad, clock, shared, _holder("fleet-b", START))
+    for _ in range(3):
+        status = b.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert nomad.sent == []
+    assert "could not be read from the audit Variables" in status.plan[0].why
+    assert "No cluster leader" in status.plan[0].why
+    shared.down = False  # Nomad back: read, then the act, once
+    for _ in range(2):
+        b.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert [kind for kind, _ in nomad.sent] == ["scale"]

@@ -5,7 +5,8 @@ in a Variable per day (``nomad/jobs/gpuledger-fleet/audit/YYYY-MM-DD``, one item
 A line is written and flushed to disk before the act it announces is done, and the answer after
 it; a file cut short by a crash loses at most its last line, which the reader skips (counted,
 never a traceback). Reading back gives the acts done in the last hour (the rate limits and what
-not to do twice hold across a restart) and what ``fleet audit`` prints.
+not to do twice hold across a restart) and what ``fleet audit`` prints; the Variables, read
+back by a replica that takes the lock over, give it what the holder before it did.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,7 +23,7 @@ from urllib.parse import quote
 import structlog
 
 from gpuledger.actuators.act_client import NomadActs, Result
-from gpuledger.errors import ConfigError, ContractError, SourceError
+from gpuledger.errors import ConfigError, ContractError, SourceError, SourceName
 from gpuledger.model.action_docs import audit_doc, read_audit
 from gpuledger.model.actions import AuditEvent
 from gpuledger.model.text import excerpt, text_of
@@ -152,3 +153,32 @@ class AuditVariables:
                 return
         self.failing = "another writer changed the day's Variable at each of two tries"
         log.warning("audit.variable_failed", variable=path, error=self.failing)
+
+    def events(self, since: datetime, now: datetime) -> Read:
+        """The events of the days' Variables from ``since`` to ``now``, in their order; a
+        missing day has none, an item that is no event is skipped and counted.
+        ``SourceError`` when Nomad could not be read (the caller acts on none of it)."""
+        read, day = Read(), since.date()
+        while day <= now.date():
+            path = f"{AUDIT_PREFIX}/{day.isoformat()}"
+            current = self._acts.get(f"/v1/var/{quote(path, safe='/')}", "variables read",
+                                     {"namespace": self.namespace}, missing_ok=True)  # fmt: skip
+            items = {} if current is None else _items(current)
+            if items is None:
+                raise SourceError(SourceName.NOMAD, f"the audit Variable {path} has no Items")
+            for _, value in sorted(items.items()):
+                event = _line(value.encode())
+                if event is None:
+                    read.skipped += 1
+                elif event.at >= since:
+                    read.events.append(event)
+            day += timedelta(days=1)
+        return read
+
+
+def _items(variable: object) -> dict[str, str] | None:
+    """A Variable's items, each a text; ``None`` when it has none of that shape."""
+    got = variable.get("Items") if isinstance(variable, dict) else None
+    if not isinstance(got, dict):
+        return None
+    return {k: v for k, v in got.items() if isinstance(k, str) and isinstance(v, str)}

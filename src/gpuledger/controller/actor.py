@@ -10,7 +10,10 @@ Nobody is surprised, by construction:
   and ``/metrics`` at least one sweep before it was done, and a jump of the clock cannot make
   an act due and done in one sweep;
 - one actor: only while this replica holds the lock and renewed it within its TTL (by its own
-  monotonic clock, checked before every act), kept by a thread of its own between sweeps;
+  monotonic clock, checked before every act), kept by a thread of its own between sweeps; a
+  replica that takes the lock reads back, from the audit Variables, what the holder before it
+  did in the last hour (its rate limits and what not to do twice hold across a failover), and
+  acts on nothing until it has;
 - Nomad's own checks: a scale carries the job index it was planned against; an act Nomad
   answers 409 is re-planned at the next sweep; a refusal is recorded with the capability;
 - written down: every plan change and every act, before it is sent and with Nomad's answer,
@@ -157,6 +160,10 @@ class Actor:
         """Acts Nomad refused, by key: held as refused for ``REFUSAL_KEPT``."""
         self._done: list[Done] = self._done_before()
         self._webhooks = Webhooks()
+        self._caught_up: datetime | None = None
+        """The lock's ``since`` for which the audit Variables were read back: acts wait until
+        it is the lock's own (each time the lock is taken, what happened before is read)."""
+        self._catch_up_error: str | None = None
 
     def _done_before(self) -> list[Done]:
         """The acts the audit says were done in the last hour (before a restart)."""
@@ -180,6 +187,8 @@ class Actor:
     def step(self, fleet: Fleet, policy: Policy) -> ActingStatus:
         """Plan, audit the plan's changes, and act on what is due (``apply``, lock held)."""
         now = self.clock.now()
+        if self.config.mode is ActMode.APPLY:
+            self._catch_up(now)
         found = candidates(fleet, policy.actions)
         facts = self._facts(found)
         plan = plan_acts(found, facts, policy.acting, self.config.owner_keys, now, self._done)
@@ -251,6 +260,37 @@ class Actor:
         if p.state is not PlanState.DUE:
             return p
         return replace(p, state=PlanState.REFUSED, why=kept[1].why)
+
+    def _catch_up(self, now: datetime) -> None:
+        """Once each time this replica takes the lock: the acts the audit Variables say were
+        done in the last hour (by the holder before it, or by itself before a restart) counted
+        for the rate limits and never done again, and shown with the recent audit."""
+        keeper, shared = self.keeper, self.audit.variables
+        if keeper is None or shared is None or not keeper.trusted():
+            return
+        since = keeper.lock.state.since
+        if since is None or since == self._caught_up:
+            return
+        try:
+            read = shared.events(now - RECENT, now)
+        except SourceError as err:
+            self._catch_up_error = err.message
+        except Exception as exc:  # a bug in reading them back holds the acts, never the sweep
+            log.exception("actions.catch_up_failed", error=text_of(repr(exc)))
+            self._catch_up_error = f"gpuledger failed reading them ({type(exc).__name__})"
+        else:
+            known = {(d.key, d.at) for d in self._done}
+            theirs = [e for e in read.events if e.event == "act.done" and e.act is not None
+                      and (e.act.key, e.at) not in known]  # fmt: skip
+            self._done += [Done(e.act.key, e.at, e.act.rule_line) for e in theirs if e.act]
+            seen = {_said(e) for e in self._recent}
+            recent = [*self._recent, *(e for e in read.events if _said(e) not in seen)]
+            recent.sort(key=lambda e: e.at)
+            self._recent = deque(recent[-RECENT_EVENTS:], maxlen=RECENT_EVENTS)
+            self._caught_up, self._catch_up_error = since, None
+            log.info("actions.caught_up", done=len(theirs), skipped=read.skipped)
+            return
+        log.warning("actions.catch_up_failed", error=self._catch_up_error)
 
     # ---------------------------------------------------------------- audit
 
@@ -330,6 +370,13 @@ class Actor:
             return f"due: the actor lock is {who}; only its holder acts"
         if self.audit.failing is not None:
             return f"due: the audit cannot be written ({self.audit.failing}): no act until it can"
+        shared = self.audit.variables
+        if shared is not None and self._caught_up != keeper.lock.state.since:
+            why = self._catch_up_error or "not read yet"
+            return (
+                "due: what was done before this replica took the lock could not be read from "
+                f"the audit Variables ({why}): no act until it is"
+            )
         return None
 
     def _do(self, p: PlannedAct) -> ActOutcome:
@@ -352,6 +399,11 @@ class Actor:
                 Result.FAILED, None, f"gpuledger failed sending it ({type(exc).__name__})"
             )
         return ActOutcome(Result.REFUSED, None, "the plan lacks what the act needs")
+
+
+def _said(event: AuditEvent) -> tuple[datetime, str, str, str | None]:
+    """What tells one audit event from another, read from the file or from a Variable."""
+    return event.at, event.event, event.actor, event.act.key if event.act else None
 
 
 def _why_not(outcome: ActOutcome) -> str:
