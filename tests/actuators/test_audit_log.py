@@ -12,7 +12,9 @@ import pytest
 
 from gpuledger.actuators.act_client import ActOutcome, NomadActs, Result
 from gpuledger.actuators.audit_log import (
+    ACTS_PREFIX,
     AUDIT_PREFIX,
+    ActNote,
     AuditLog,
     AuditVariables,
     read_audit_file,
@@ -101,33 +103,52 @@ def test_an_odd_audit_variable_from_nomad_is_a_failure_not_a_crash() -> None:
         assert variables.failing is not None and odd.put_items is None
 
 
-def test_the_days_variables_read_back_in_order_a_hostile_item_skipped_and_counted() -> None:
+def test_the_hours_acts_read_back_in_order_hostile_items_skipped() -> None:
     late = AT.replace(hour=23, minute=50)
-    first = AuditEvent(late, "act.done", "fleet-a", _act("scale-down:a1"))
-    second = AuditEvent(
-        late + timedelta(minutes=20), "plan.added", "fleet-a", _act("scale-down:b2")
-    )
+    notes = [
+        ActNote(AT, "act.done", "fleet-a", "scale-down:old", 4),  # before the window
+        ActNote(late, "act.started", "fleet-a", "scale-down:a1", 4),
+        ActNote(late + timedelta(seconds=1), "act.done", "fleet-a", "scale-down:a1", 4),
+        ActNote(late + timedelta(minutes=20), "act.started", "fleet-a", "stop-allocation:b", 7),
+    ]
     with FakeNomad("00000000-0000-4000-8000-00000000f1ee") as fake:
         variables = AuditVariables(NomadActs(NomadSettings(addr=fake.url, timeout=2.0)))
-        log = AuditLog(None, variables)
-        log.append(AuditEvent(AT, "plan.added", "fleet-a", _act("scale-down:old")))
-        log.append(first)
-        variables.append(late, {"event": "forged", "at": 1})  # no event of the audit's shape
-        log.append(second)  # past midnight: the next day's Variable
-        read = variables.events(late - timedelta(minutes=5), late + timedelta(hours=1))
-        assert [(e.event, e.at, e.act.key if e.act else None) for e in read.events] == [
-            ("act.done", late, "scale-down:a1"),
-            ("plan.added", late + timedelta(minutes=20), "scale-down:b2"),
-        ]
-        assert read.skipped == 1
-        # A day nobody wrote is empty, not an error.
-        assert variables.events(AT + timedelta(days=5), AT + timedelta(days=5)).events == []
+        for note in notes[:3]:
+            assert variables.note_act(note) is None
+        for hostile in ({"event": "act.done", "at": 1}, {"event": ["x"], "at": late.isoformat()},
+                        [1, 2], {"event": "plan.added", "at": late.isoformat(), "actor": "a",
+                                 "key": "k", "line": 0}):  # fmt: skip
+            variables._add(f"{ACTS_PREFIX}/2026-12-03T23", json.dumps(hostile))
+        assert variables.note_act(notes[3]) is None  # past midnight: the next hour's Variable
+        hour = fake.variables.items(f"{ACTS_PREFIX}/2026-12-03T23")
+        assert hour is not None and len(hour) == 6  # numbered after the highest, none lost
+        read = variables.acts(late - timedelta(minutes=5), late + timedelta(hours=1))
+        assert read == notes[1:]
+        # An hour nobody wrote is empty, not an error.
+        assert variables.acts(AT + timedelta(days=5), AT + timedelta(days=5)) == []
 
 
-def test_an_audit_variable_without_items_is_an_error_to_act_on_not_an_empty_record() -> None:
+def test_an_acts_variable_without_items_is_an_error_to_act_on_not_an_empty_record() -> None:
     class Odd:
         def get(self, *args: object, **kwargs: object) -> object:
             return {"Items": "abc", "ModifyIndex": 3}
 
     with pytest.raises(SourceError, match="has no Items"):
-        AuditVariables(Odd()).events(AT, AT)  # type: ignore[arg-type]
+        AuditVariables(Odd()).acts(AT, AT)  # type: ignore[arg-type]
+
+
+def test_an_item_after_one_skipped_as_odd_never_overwrites_an_event() -> None:
+    class Store:
+        def __init__(self) -> None:
+            self.items: dict[str, Any] = {"000000": 7, "000001": '{"event":"plan.added"}'}
+
+        def get(self, *args: object, **kwargs: object) -> object:
+            return {"Items": dict(self.items), "ModifyIndex": 1}
+
+        def put(self, path: str, body: dict[str, Any], *args: object) -> ActOutcome:
+            self.items = body["Items"]
+            return ActOutcome(Result.DONE, 200, "")
+
+    store = Store()
+    AuditVariables(store).append(AT, {"event": "act.done"})  # type: ignore[arg-type]
+    assert store.items == {"000001": '{"event":"plan.added"}', "000002": '{"event":"act.done"}'}

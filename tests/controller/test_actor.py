@@ -13,8 +13,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuledger.actuators.act_client import ActOutcome, Result
-from gpuledger.actuators.audit_log import AuditLog, AuditVariables, read_audit_file
+from gpuledger.actuators.audit_log import (
+    ACTS_PREFIX,
+    ActNote,
+    AuditLog,
+    AuditVariables,
+    read_audit_file,
+)
 from gpuledger.controller.actor import ActConfig, Actor
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import Code, Finding, Level, SourceStatus
@@ -379,6 +387,7 @@ class SharedVariables:
     def __init__(self) -> None:
         self.vars: dict[str, dict[str, Any]] = {}
         self.down = False
+        self.refuse_writes = False
 
     def get(self, path: str, capability: str, params: Any = None,
             missing_ok: bool = False) -> Any:  # fmt: skip
@@ -387,6 +396,8 @@ class SharedVariables:
         return self.vars.get(path.removeprefix("/"))
 
     def put(self, path: str, body: Any, params: Any, capability: str) -> ActOutcome:
+        if self.refuse_writes:
+            return ActOutcome(Result.REFUSED, 403, "403 Permission denied")
         held = self.vars.get(path, {"ModifyIndex": 0})
         if int(params["cas"]) != held["ModifyIndex"]:
             return ActOutcome(Result.CHANGED, 409, "409 cas conflict")
@@ -437,10 +448,118 @@ def test_no_act_until_the_shared_audit_is_read_back(tmp_path: Path) -> None:
         status = b.step(_fleet(clock), POLICY)
         clock.tick(30)
     assert nomad.sent == []
-    assert "could not be read from the audit Variables" in status.plan[0].why
+    assert "could not be read from Nomad's Variables" in status.plan[0].why
     assert "No cluster leader" in status.plan[0].why
     shared.down = False  # Nomad back: read, then the act, once
     for _ in range(2):
         b.step(_fleet(clock), POLICY)
         clock.tick(30)
     assert [kind for kind, _ in nomad.sent] == ["scale"]
+
+
+def _two_acts(clock: StepClock) -> tuple[Fleet, Policy]:
+    """The notebook's scale-down and a second node's ineligibility, two acts an hour at most."""
+    node2 = FleetNode("gpu-2", "node-2", "http://gpu-2:9877", NodeStatus.OK, "ready", True, 1,
+                      None, Level.WARN, {}, {})  # fmt: skip
+    other = Finding(Code.GPU_UNHEALTHY, Level.BAD, "GPU-2", "gpu-2", "GPU 0 reports ECC errors",
+                    {}, START - timedelta(hours=3), "gpu:GPU-2")  # fmt: skip
+    fleet = _fleet(clock)
+    fleet = replace(fleet, nodes=(*fleet.nodes, node2), findings=(*fleet.findings, other))
+    second = ActionRule(Code.GPU_UNHEALTHY, Act.NODE_INELIGIBLE, line=9)
+    acting = replace(POLICY.acting, max_per_hour=2)
+    return fleet, replace(POLICY, actions=(*POLICY.actions, second), acting=acting)
+
+
+@dataclass
+class Flaky(StubNomad):
+    """Fails the ineligibility while ``busy``; dies (the process killed) in a scale when
+    ``dies``."""
+
+    busy: bool = False
+    dies: bool = False
+
+    def set_ineligible(self, node_id: str) -> ActOutcome:
+        if self.busy:
+            self.sent.append(("ineligible", node_id))
+            return ActOutcome(Result.FAILED, 500, "500 rpc error: No cluster leader")
+        return super().set_ineligible(node_id)
+
+    def scale(self, *args: Any, **kwargs: Any) -> ActOutcome:
+        if self.dies:
+            raise KeyboardInterrupt
+        return super().scale(*args, **kwargs)
+
+
+class TickingClock(StepClock):
+    """A wall clock that moves on at each reading, as a real one does."""
+
+    def now(self) -> datetime:
+        self.at += timedelta(milliseconds=1)
+        return self.at
+
+
+def test_its_own_acts_read_back_on_taking_the_lock_again_are_not_counted_twice(
+    tmp_path: Path,
+) -> None:
+    clock, shared, nomad = TickingClock(), SharedVariables(), Flaky()
+    keeper = _holder("fleet-a", START)
+    fleet, policy = _two_acts(clock)
+    a = _replica(tmp_path / "a", "fleet-a", nomad, clock, shared, keeper)
+    nomad.busy = True  # the ineligibility fails: one of the hour's two acts is done
+    for _ in range(2):
+        a.step(fleet, policy)
+        clock.tick(30)
+    assert [kind for kind, _ in nomad.sent] == ["scale", "ineligible"]
+    nomad.busy = False
+    keeper.lock.state = replace(keeper.lock.state, since=clock.now())  # lost, then taken again
+    for _ in range(2):
+        status = a.step(fleet, policy)
+        clock.tick(30)
+    assert [kind for kind, _ in nomad.sent] == ["scale", "ineligible", "ineligible"], status.plan
+
+
+def test_an_act_started_and_never_answered_counts_as_done_for_the_next_holder(
+    tmp_path: Path,
+) -> None:
+    clock, shared, nomad = StepClock(), SharedVariables(), Flaky(dies=True)
+    a = _replica(tmp_path / "a", "fleet-a", nomad, clock, shared, _holder("fleet-a", START))
+    a.step(_fleet(clock), POLICY)
+    clock.tick(30)
+    with pytest.raises(KeyboardInterrupt):  # killed while its act is in flight
+        a.step(_fleet(clock), POLICY)
+    b_nomad = StubNomad()
+    b = _replica(tmp_path / "b", "fleet-b", b_nomad, clock, shared,
+                 _holder("fleet-b", clock.now()))  # fmt: skip
+    for _ in range(3):
+        status = b.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert b_nomad.sent == []
+    assert status.plan[0].state is PlanState.DONE
+
+
+def test_an_act_dated_in_the_future_is_no_record_of_an_act(tmp_path: Path) -> None:
+    clock, shared, nomad = StepClock(), SharedVariables(), StubNomad()
+    forged = ActNote(START + timedelta(days=365), "act.done", "fleet-x", f"scale-down:{ALLOC}", 4)
+    # In this hour's Variable, where the next holder reads.
+    variables = AuditVariables(shared)  # type: ignore[arg-type]
+    variables._add(f"{ACTS_PREFIX}/2026-12-03T12", json.dumps(forged.doc()))
+    assert variables.acts(START - timedelta(hours=1), START) == [forged]
+    b = _replica(tmp_path / "b", "fleet-b", nomad, clock, shared, _holder("fleet-b", START))
+    for _ in range(2):
+        b.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert [kind for kind, _ in nomad.sent] == ["scale"]
+
+
+def test_no_act_is_sent_whose_start_cannot_be_written_to_nomads_variables(
+    tmp_path: Path,
+) -> None:
+    clock, shared, nomad = StepClock(), SharedVariables(), StubNomad()
+    b = _replica(tmp_path / "b", "fleet-b", nomad, clock, shared, _holder("fleet-b", START))
+    b.step(_fleet(clock), POLICY)
+    clock.tick(30)
+    shared.refuse_writes = True
+    status = b.step(_fleet(clock), POLICY)
+    assert nomad.sent == []
+    assert "could not be written to Nomad's Variables (403 Permission denied)" in status.plan[0].why
+    assert _events(tmp_path / "b")[-2:] == ["act.started", "act.skipped"]

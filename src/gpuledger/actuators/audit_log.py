@@ -1,11 +1,12 @@
 """The audit: every plan change and act, appended as one JSON line to a file that survives
 restarts (``--audit-file``), logged as a structured event, and, where Nomad has Variables, kept
-in a Variable per day (``nomad/jobs/gpuledger-fleet/audit/YYYY-MM-DD``, one item per event).
+in a Variable per day (``nomad/jobs/gpuledger-fleet/audit/YYYY-MM-DD``, one item per event),
+and each act event, short, in a Variable per hour (``…/acts/YYYY-MM-DDTHH``).
 
 A line is written and flushed to disk before the act it announces is done, and the answer after
 it; a file cut short by a crash loses at most its last line, which the reader skips (counted,
 never a traceback). Reading back gives the acts done in the last hour (the rate limits and what
-not to do twice hold across a restart) and what ``fleet audit`` prints; the Variables, read
+not to do twice hold across a restart) and what ``fleet audit`` prints; the hours' acts, read
 back by a replica that takes the lock over, give it what the holder before it did.
 """
 
@@ -26,11 +27,14 @@ from gpuledger.actuators.act_client import NomadActs, Result
 from gpuledger.errors import ConfigError, ContractError, SourceError, SourceName
 from gpuledger.model.action_docs import audit_doc, read_audit
 from gpuledger.model.actions import AuditEvent
+from gpuledger.model.contract import iso_time
+from gpuledger.model.contract_read import parse_time
 from gpuledger.model.text import excerpt, text_of
 
 log = structlog.get_logger("gpuledger.actions")
 
 AUDIT_PREFIX = "nomad/jobs/gpuledger-fleet/audit"
+ACTS_PREFIX = "nomad/jobs/gpuledger-fleet/acts"
 VARIABLE_LIMIT = 48 * 1024
 """Bytes of items a day's audit Variable holds at most: Nomad caps a variable's size (64 KiB
 encrypted); past this the day's file still has every line, and one warning says so."""
@@ -105,7 +109,9 @@ class AuditLog:
 
 
 class AuditVariables:
-    """The day's audit Variable: each event one item, written with check-and-set."""
+    """The audit in Nomad's Variables, each item one event written with check-and-set: the
+    day's whole audit (``audit/<day>``, until it is full) and the hour's acts (``acts/<hour>``,
+    a short item per act event: what a replica that takes the lock over reads back)."""
 
     def __init__(self, acts: NomadActs, namespace: str = "default") -> None:
         self._acts, self.namespace = acts, namespace
@@ -113,67 +119,119 @@ class AuditVariables:
         self.failing: str | None = None
 
     def append(self, at: datetime, doc: dict[str, Any]) -> None:
-        """Add ``doc`` to the Variable of ``at``'s day (two tries: a CAS lost to a race)."""
+        """Add ``doc`` to the Variable of ``at``'s day; a failure is kept in ``failing``."""
         day = at.date().isoformat()
         if day in self._full:
             return
         path = f"{AUDIT_PREFIX}/{day}"
-        line = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
+        why = self._add(path, json.dumps(doc, separators=(",", ":"), ensure_ascii=True))
+        if why == _FULL:
+            self._full.add(day)
+            log.warning("audit.variable_full", variable=path, file_keeps="every line")
+            return
+        self.failing = why
+        if why is not None:
+            log.warning("audit.variable_failed", variable=path, error=why)
+
+    def note_act(self, note: ActNote) -> str | None:
+        """Add ``note`` to its hour's acts; why it could not be, else ``None`` (the caller
+        sends no act whose start is not written down here)."""
+        path = f"{ACTS_PREFIX}/{note.at.strftime('%Y-%m-%dT%H')}"
+        why = self._add(path, json.dumps(note.doc(), separators=(",", ":"), ensure_ascii=True))
+        if why is not None:
+            why = "the hour's acts are full" if why == _FULL else why
+            log.warning("audit.acts_failed", variable=path, error=why)
+        return why
+
+    def acts(self, since: datetime, now: datetime) -> list[ActNote]:
+        """The act notes of the hours from ``since`` to ``now``, oldest first; a missing hour
+        has none, an item that is no note is skipped. ``SourceError`` when Nomad could not be
+        read, or answered what is no Variable (the caller then acts on none of it)."""
+        notes, hour = [], since.replace(minute=0, second=0, microsecond=0)
+        while hour <= now:
+            path = f"{ACTS_PREFIX}/{hour.strftime('%Y-%m-%dT%H')}"
+            current = self._get(path)
+            items = {} if current is None else _items(current)
+            if items is None:
+                raise SourceError(SourceName.NOMAD, f"the Variable {path} has no Items of text")
+            for _, value in sorted(items.items()):
+                note = ActNote.read(value)
+                if note is not None and note.at >= since:
+                    notes.append(note)
+            hour += timedelta(hours=1)
+        return sorted(notes, key=lambda n: n.at)
+
+    def _get(self, path: str) -> Any:
+        return self._acts.get(f"/v1/var/{quote(path, safe='/')}", "variables read",
+                              {"namespace": self.namespace}, missing_ok=True)  # fmt: skip
+
+    def _add(self, path: str, line: str) -> str | None:
+        """Append ``line`` as the next item of ``path`` (two tries: a CAS lost to a race); why
+        not, else ``None``."""
         for _ in range(2):
             try:
-                current = self._acts.get(f"/v1/var/{quote(path, safe='/')}",
-                                         "variables read", {"namespace": self.namespace},
-                                         missing_ok=True)  # fmt: skip
+                current = self._get(path)
             except SourceError as err:
-                self.failing = err.message
-                return
-            got = current.get("Items") if isinstance(current, dict) else None
-            items = {k: v for k, v in got.items() if isinstance(k, str) and isinstance(v, str)} \
-                if isinstance(got, dict) else {}  # fmt: skip
+                return err.message
+            items = (_items(current) if current is not None else None) or {}
             index = current.get("ModifyIndex", 0) if isinstance(current, dict) else 0
             if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-                self.failing = "the audit Variable's ModifyIndex is no index"
-                return
-            if sum(len(k) + len(str(v)) for k, v in items.items()) + len(line) > VARIABLE_LIMIT:
-                self._full.add(day)
-                log.warning("audit.variable_full", variable=path, file_keeps="every line")
-                return
-            items[f"{len(items):06d}"] = line
+                return f"the Variable {path}'s ModifyIndex is no index"
+            if sum(len(k) + len(v) for k, v in items.items()) + len(line) > VARIABLE_LIMIT:
+                return _FULL
+            # The next number after the highest: an item skipped as odd is never overwritten.
+            taken = [int(k) for k in items if k.isdigit() and k.isascii()]
+            items[f"{max(taken, default=-1) + 1:06d}"] = line
             body = {"Namespace": self.namespace, "Path": path, "Items": items}
             out = self._acts.put(f"v1/var/{quote(path, safe='/')}", body,
                                  {"namespace": self.namespace, "cas": str(index)},
                                  'variables { path "nomad/jobs/gpuledger-fleet/*" '
                                  '{ capabilities = ["write"] } }')  # fmt: skip
             if out.result is Result.DONE:
-                self.failing = None
-                return
+                return None
             if out.result is not Result.CHANGED:
-                self.failing = out.answer
-                log.warning("audit.variable_failed", variable=path, error=out.answer)
-                return
-        self.failing = "another writer changed the day's Variable at each of two tries"
-        log.warning("audit.variable_failed", variable=path, error=self.failing)
+                return out.answer
+        return "another writer changed the Variable at each of two tries"
 
-    def events(self, since: datetime, now: datetime) -> Read:
-        """The events of the days' Variables from ``since`` to ``now``, in their order; a
-        missing day has none, an item that is no event is skipped and counted.
-        ``SourceError`` when Nomad could not be read (the caller acts on none of it)."""
-        read, day = Read(), since.date()
-        while day <= now.date():
-            path = f"{AUDIT_PREFIX}/{day.isoformat()}"
-            current = self._acts.get(f"/v1/var/{quote(path, safe='/')}", "variables read",
-                                     {"namespace": self.namespace}, missing_ok=True)  # fmt: skip
-            items = {} if current is None else _items(current)
-            if items is None:
-                raise SourceError(SourceName.NOMAD, f"the audit Variable {path} has no Items")
-            for _, value in sorted(items.items()):
-                event = _line(value.encode())
-                if event is None:
-                    read.skipped += 1
-                elif event.at >= since:
-                    read.events.append(event)
-            day += timedelta(days=1)
-        return read
+
+_FULL = "full"
+
+ACT_EVENTS = frozenset({"act.started", "act.done", "act.refused", "act.failed", "act.skipped"})
+
+
+@dataclass(frozen=True)
+class ActNote:
+    """One act event, as short as the hour's acts keep it: when, what, who, which act (its
+    key) and the policy line of its action (the per-action rate limits)."""
+
+    at: datetime
+    event: str
+    actor: str
+    key: str
+    line: int = 0
+
+    def doc(self) -> dict[str, Any]:
+        return {"at": iso_time(self.at), "event": self.event, "actor": self.actor,
+                "key": self.key, "line": self.line}  # fmt: skip
+
+    @classmethod
+    def read(cls, text: str) -> ActNote | None:
+        """The note of an item; ``None`` for anything else (never a traceback)."""
+        try:
+            doc = json.loads(text)
+            at = parse_time(doc.get("at"), "at") if isinstance(doc, dict) else None
+        except (ValueError, RecursionError, ContractError, TypeError):
+            return None
+        if not isinstance(doc, dict):
+            return None
+        event, actor, key, line = (doc.get(k) for k in ("event", "actor", "key", "line"))
+        if not (isinstance(event, str) and isinstance(actor, str) and isinstance(key, str)):
+            return None
+        if at is None or event not in ACT_EVENTS or not 0 < len(key) <= 512:
+            return None
+        if not isinstance(line, int) or isinstance(line, bool) or line < 0:
+            return None
+        return cls(at, event, text_of(actor), key, line)
 
 
 def _items(variable: object) -> dict[str, str] | None:

@@ -11,9 +11,10 @@ Nobody is surprised, by construction:
   an act due and done in one sweep;
 - one actor: only while this replica holds the lock and renewed it within its TTL (by its own
   monotonic clock, checked before every act), kept by a thread of its own between sweeps; a
-  replica that takes the lock reads back, from the audit Variables, what the holder before it
-  did in the last hour (its rate limits and what not to do twice hold across a failover), and
-  acts on nothing until it has;
+  replica that takes the lock reads back, from the hour's acts in Nomad's Variables, what the
+  holder before it did in the last hour (its rate limits and what not to do twice hold across a
+  failover), and acts on nothing until it has; an act is sent only once its start is written
+  there, and a start with no outcome after it counts as done;
 - Nomad's own checks: a scale carries the job index it was planned against; an act Nomad
   answers 409 is re-planned at the next sweep; a refusal is recorded with the capability;
 - written down: every plan change and every act, before it is sent and with Nomad's answer,
@@ -33,10 +34,18 @@ import structlog
 
 from gpuledger.actuators.act_client import ActOutcome, NomadActs, Result
 from gpuledger.actuators.actor_lock import ActorLock
-from gpuledger.actuators.audit_log import AuditLog
+from gpuledger.actuators.audit_log import ACT_EVENTS, ActNote, AuditLog
 from gpuledger.actuators.webhook import Webhooks
 from gpuledger.controller.clock import Clock
-from gpuledger.core.act_plan import RECENT, Candidate, Done, candidates, plan_acts, wanted
+from gpuledger.core.act_plan import (
+    CLOCK_SKEW,
+    RECENT,
+    Candidate,
+    Done,
+    candidates,
+    plan_acts,
+    wanted,
+)
 from gpuledger.errors import SourceError
 from gpuledger.model.action_docs import planned_doc
 from gpuledger.model.actions import (
@@ -161,14 +170,14 @@ class Actor:
         self._done: list[Done] = self._done_before()
         self._webhooks = Webhooks()
         self._caught_up: datetime | None = None
-        """The lock's ``since`` for which the audit Variables were read back: acts wait until
+        """The lock's ``since`` for which the hour's acts were read back: acts wait until
         it is the lock's own (each time the lock is taken, what happened before is read)."""
         self._catch_up_error: str | None = None
 
     def _done_before(self) -> list[Done]:
         """The acts the audit says were done in the last hour (before a restart)."""
         since = self.clock.now() - RECENT
-        done = []
+        notes = []
         for event in self.audit.events(since - timedelta(hours=23)):
             if event.act is not None and event.event.startswith("plan."):
                 if event.event == "plan.dropped":
@@ -178,9 +187,9 @@ class Actor:
             if event.at < since:
                 continue
             self._recent.append(event)
-            if event.event == "act.done" and event.act is not None:
-                done.append(Done(event.act.key, event.at, event.act.rule_line))
-        return done
+            if event.event in ACT_EVENTS and event.act is not None:
+                notes.append(_note(event.at, event.event, event.actor, event.act))
+        return done_of(notes)
 
     # ---------------------------------------------------------------- one sweep
 
@@ -262,7 +271,7 @@ class Actor:
         return replace(p, state=PlanState.REFUSED, why=kept[1].why)
 
     def _catch_up(self, now: datetime) -> None:
-        """Once each time this replica takes the lock: the acts the audit Variables say were
+        """Once each time this replica takes the lock: the acts the hours' Variables say were
         done in the last hour (by the holder before it, or by itself before a restart) counted
         for the rate limits and never done again, and shown with the recent audit."""
         keeper, shared = self.keeper, self.audit.variables
@@ -272,7 +281,7 @@ class Actor:
         if since is None or since == self._caught_up:
             return
         try:
-            read = shared.events(now - RECENT, now)
+            notes = shared.acts(now - RECENT, now + CLOCK_SKEW)
         except SourceError as err:
             self._catch_up_error = err.message
         except Exception as exc:  # a bug in reading them back holds the acts, never the sweep
@@ -280,15 +289,16 @@ class Actor:
             self._catch_up_error = f"gpuledger failed reading them ({type(exc).__name__})"
         else:
             known = {(d.key, d.at) for d in self._done}
-            theirs = [e for e in read.events if e.event == "act.done" and e.act is not None
-                      and (e.act.key, e.at) not in known]  # fmt: skip
-            self._done += [Done(e.act.key, e.at, e.act.rule_line) for e in theirs if e.act]
-            seen = {_said(e) for e in self._recent}
-            recent = [*self._recent, *(e for e in read.events if _said(e) not in seen)]
-            recent.sort(key=lambda e: e.at)
+            theirs = [d for d in done_of(notes) if (d.key, d.at) not in known]
+            self._done += theirs
+            seen = {(e.at, e.event, e.actor) for e in self._recent}
+            read_back = [AuditEvent(n.at, n.event, n.actor, None, f"{n.key} (read back from "
+                                    "Nomad's Variables)") for n in notes
+                         if (n.at, n.event, n.actor) not in seen]  # fmt: skip
+            recent = sorted([*self._recent, *read_back], key=lambda e: e.at)
             self._recent = deque(recent[-RECENT_EVENTS:], maxlen=RECENT_EVENTS)
             self._caught_up, self._catch_up_error = since, None
-            log.info("actions.caught_up", done=len(theirs), skipped=read.skipped)
+            log.info("actions.caught_up", done=len(theirs), notes=len(notes))
             return
         log.warning("actions.catch_up_failed", error=self._catch_up_error)
 
@@ -302,10 +312,25 @@ class Actor:
             return self.keeper is not None and self.keeper.trusted()
         return self.config.notify
 
-    def _record(self, event: str, act: PlannedAct | None, answer: str | None = None) -> None:
-        happened = AuditEvent(self.clock.now(), event, self.config.identity, act, answer)
+    def _record(
+        self,
+        event: str,
+        act: PlannedAct | None,
+        answer: str | None = None,
+        at: datetime | None = None,
+    ) -> str | None:
+        """Write ``event`` down; for an act's event, in the hour's acts too: why that failed,
+        else ``None``. An act's events go to the day's Variable whoever speaks: the replica
+        that sent it was the holder."""
+        when = at if at is not None else self.clock.now()
+        happened = AuditEvent(when, event, self.config.identity, act, answer)
         self._recent.append(happened)
-        self.audit.append(happened, shared=self._speaks())
+        of_act = event in ACT_EVENTS and act is not None
+        self.audit.append(happened, shared=of_act or self._speaks())
+        shared = self.audit.variables
+        if not of_act or shared is None or act is None:
+            return None
+        return shared.note_act(_note(when, event, self.config.identity, act))
 
     def _audit_changes(self, plan: Sequence[PlannedAct], now: datetime) -> None:
         """``plan.added``, ``plan.changed`` (its state) and ``plan.dropped`` (its finding
@@ -339,7 +364,11 @@ class Actor:
             )
         if (why := self._not_now()) is not None:
             return replace(p, why=why)
-        self._record("act.started", p)
+        if (unwritten := self._record("act.started", p)) is not None:
+            # A replica taking the lock over would not know of it: not sent.
+            why = f"due: the act's start could not be written to Nomad's Variables ({unwritten})"
+            self._record("act.skipped", p, why)
+            return replace(p, why=why)
         # The record may have taken a while (a disk, the audit Variable): the lock is asked
         # again just before the act is sent, with the time a request to Nomad may take spared.
         if (why := self._not_now()) is not None:
@@ -348,9 +377,10 @@ class Actor:
         outcome = self._do(p)
         self._tried[(p.act.value, outcome.result.value)] += 1
         if outcome.result is Result.DONE:
-            self._done.append(Done(p.key, self.clock.now(), p.rule_line))
+            at = self.clock.now()
+            self._done.append(Done(p.key, at, p.rule_line))
             done = replace(p, state=PlanState.DONE, why=f"done: Nomad answered {outcome.answer}")
-            self._record("act.done", done, outcome.answer)
+            self._record("act.done", done, outcome.answer, at=at)
             return done
         event = "act.refused" if outcome.result is Result.REFUSED else "act.failed"
         why = _why_not(outcome)
@@ -375,7 +405,7 @@ class Actor:
             why = self._catch_up_error or "not read yet"
             return (
                 "due: what was done before this replica took the lock could not be read from "
-                f"the audit Variables ({why}): no act until it is"
+                f"Nomad's Variables ({why}): no act until it is"
             )
         return None
 
@@ -401,9 +431,25 @@ class Actor:
         return ActOutcome(Result.REFUSED, None, "the plan lacks what the act needs")
 
 
-def _said(event: AuditEvent) -> tuple[datetime, str, str, str | None]:
-    """What tells one audit event from another, read from the file or from a Variable."""
-    return event.at, event.event, event.actor, event.act.key if event.act else None
+def _note(at: datetime, event: str, actor: str, act: PlannedAct) -> ActNote:
+    return ActNote(at, event, actor, act.key, act.rule_line)
+
+
+def done_of(notes: Sequence[ActNote]) -> list[Done]:
+    """The acts ``notes`` (oldest first) say were done: each ``act.done``, and each
+    ``act.started`` its actor left with no outcome after it (it may have reached Nomad before
+    the actor died: counted as done, so it is neither done again nor left out of the rate
+    limits)."""
+    done, started = [], {}
+    for n in notes:
+        if n.event == "act.done":
+            done.append(Done(n.key, n.at, n.line))
+        if n.event == "act.started":
+            started[(n.key, n.actor)] = n
+        else:
+            started.pop((n.key, n.actor), None)
+    done += [Done(n.key, n.at, n.line) for n in started.values()]
+    return sorted(done, key=lambda d: d.at)
 
 
 def _why_not(outcome: ActOutcome) -> str:

@@ -44,6 +44,9 @@ SCALE_VERSION = (1, 8, 2)
 it, the index sent is ignored and a scale could land on a job changed since it was planned."""
 RECENT = timedelta(hours=1)
 """How long an act done counts: for the rate limits, and as done while Nomad catches up."""
+CLOCK_SKEW = timedelta(minutes=5)
+"""How far ahead of this replica's clock an act done may be dated (another replica's clock) and
+still count; anything later is no record of an act (a forged or broken line)."""
 _IDLE = frozenset({Code.RESERVED_IDLE, Code.HELD_IDLE})
 
 
@@ -195,7 +198,7 @@ def plan_acts(
 ) -> tuple[PlannedAct, ...]:
     """The plan of ``found`` at ``now``: each act's state and why, rate limits and one act per
     node and group a sweep applied to the due ones, oldest due first."""
-    recent = [d for d in done if d.at >= now - RECENT]
+    recent = [d for d in done if now - RECENT <= d.at <= now + CLOCK_SKEW]
     sweep = _Sweep(facts, acting, owner_keys, now, {d.key: d.at for d in recent},
                    _idle_gpus(found, now))  # fmt: skip
     planned: list[PlannedAct] = []
