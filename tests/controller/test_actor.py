@@ -28,6 +28,7 @@ from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import Code, Finding, Level, SourceStatus
 from gpuledger.model.actions import (
     Act,
+    ActingStatus,
     ActionRule,
     ActMode,
     AllocFacts,
@@ -300,6 +301,19 @@ def test_a_clock_jumping_past_the_grace_makes_the_act_due_not_done_in_the_same_s
     assert len(nomad.sent) == 1
 
 
+def _two_acts(clock: StepClock) -> tuple[Fleet, Policy]:
+    """The notebook's scale-down and a second node's ineligibility, two acts an hour at most."""
+    node2 = FleetNode("gpu-2", "node-2", "http://gpu-2:9877", NodeStatus.OK, "ready", True, 1,
+                      None, Level.WARN, {}, {})  # fmt: skip
+    other = Finding(Code.GPU_UNHEALTHY, Level.BAD, "GPU-2", "gpu-2", "GPU 0 reports ECC errors",
+                    {}, START - timedelta(hours=3), "gpu:GPU-2")  # fmt: skip
+    fleet = _fleet(clock)
+    fleet = replace(fleet, nodes=(*fleet.nodes, node2), findings=(*fleet.findings, other))
+    second = ActionRule(Code.GPU_UNHEALTHY, Act.NODE_INELIGIBLE, line=9)
+    acting = replace(POLICY.acting, max_per_hour=2)
+    return fleet, replace(POLICY, actions=(*POLICY.actions, second), acting=acting)
+
+
 def test_a_lock_lost_between_two_acts_stops_the_second(tmp_path: Path) -> None:
     clock = StepClock()
     keeper = StubKeeper()
@@ -310,14 +324,7 @@ def test_a_lock_lost_between_two_acts_stops_the_second(tmp_path: Path) -> None:
             return super().scale(*args, **kwargs)
 
     nomad = Losing()
-    second = ActionRule(Code.GPU_UNHEALTHY, Act.NODE_INELIGIBLE, line=9)
-    node2 = FleetNode("gpu-2", "node-2", "http://gpu-2:9877", NodeStatus.OK, "ready", True, 1,
-                      None, Level.WARN, {}, {})  # fmt: skip
-    other = Finding(Code.GPU_UNHEALTHY, Level.BAD, "GPU-2", "gpu-2", "GPU 0 reports ECC errors",
-                    {}, START - timedelta(hours=3), "gpu:GPU-2")  # fmt: skip
-    fleet = _fleet(clock)
-    fleet = replace(fleet, nodes=(*fleet.nodes, node2), findings=(*fleet.findings, other))
-    policy = replace(POLICY, actions=(*POLICY.actions, second))
+    fleet, policy = _two_acts(clock)
     actor = _actor(tmp_path, nomad, clock, keeper=keeper)
     actor.step(fleet, policy)
     clock.tick(30)
@@ -419,6 +426,19 @@ def _holder(name: str, since: datetime) -> StubKeeper:
     return keeper
 
 
+def _b_takes_over(tmp_path: Path, clock: StepClock, shared: SharedVariables) -> ActingStatus:
+    """fleet-b, with its own (empty) audit file, takes the lock over and sweeps three times
+    while Nomad has not yet stopped the allocation: it must send nothing."""
+    nomad = StubNomad()
+    b = _replica(tmp_path / "b", "fleet-b", nomad, clock, shared,
+                 _holder("fleet-b", clock.now()))  # fmt: skip
+    for _ in range(3):
+        status = b.step(_fleet(clock), POLICY)
+        clock.tick(30)
+    assert nomad.sent == []
+    return status
+
+
 def test_a_replica_taking_the_lock_over_counts_what_the_holder_before_did(tmp_path: Path) -> None:
     clock, shared = StepClock(), SharedVariables()
     a = _replica(tmp_path / "a", "fleet-a", StubNomad(), clock, shared, _holder("fleet-a", START))
@@ -428,13 +448,7 @@ def test_a_replica_taking_the_lock_over_counts_what_the_holder_before_did(tmp_pa
     assert any(e.event == "act.done" for e in a.step(_fleet(clock), POLICY).recent)
     # a dies; b, with its own (empty) audit file, takes the lock. Nomad has not yet stopped
     # the allocation: only the shared audit says the act was done.
-    b_nomad = StubNomad()
-    b = _replica(tmp_path / "b", "fleet-b", b_nomad, clock, shared,
-                 _holder("fleet-b", clock.now()))  # fmt: skip
-    for _ in range(3):
-        status = b.step(_fleet(clock), POLICY)
-        clock.tick(30)
-    assert b_nomad.sent == []
+    status = _b_takes_over(tmp_path, clock, shared)
     assert status.plan[0].state is PlanState.DONE
     assert [e.actor for e in status.recent if e.event == "act.done"] == ["fleet-a"]
 
@@ -455,19 +469,6 @@ def test_no_act_until_the_shared_audit_is_read_back(tmp_path: Path) -> None:
         b.step(_fleet(clock), POLICY)
         clock.tick(30)
     assert [kind for kind, _ in nomad.sent] == ["scale"]
-
-
-def _two_acts(clock: StepClock) -> tuple[Fleet, Policy]:
-    """The notebook's scale-down and a second node's ineligibility, two acts an hour at most."""
-    node2 = FleetNode("gpu-2", "node-2", "http://gpu-2:9877", NodeStatus.OK, "ready", True, 1,
-                      None, Level.WARN, {}, {})  # fmt: skip
-    other = Finding(Code.GPU_UNHEALTHY, Level.BAD, "GPU-2", "gpu-2", "GPU 0 reports ECC errors",
-                    {}, START - timedelta(hours=3), "gpu:GPU-2")  # fmt: skip
-    fleet = _fleet(clock)
-    fleet = replace(fleet, nodes=(*fleet.nodes, node2), findings=(*fleet.findings, other))
-    second = ActionRule(Code.GPU_UNHEALTHY, Act.NODE_INELIGIBLE, line=9)
-    acting = replace(POLICY.acting, max_per_hour=2)
-    return fleet, replace(POLICY, actions=(*POLICY.actions, second), acting=acting)
 
 
 @dataclass
@@ -527,13 +528,7 @@ def test_an_act_started_and_never_answered_counts_as_done_for_the_next_holder(
     clock.tick(30)
     with pytest.raises(KeyboardInterrupt):  # killed while its act is in flight
         a.step(_fleet(clock), POLICY)
-    b_nomad = StubNomad()
-    b = _replica(tmp_path / "b", "fleet-b", b_nomad, clock, shared,
-                 _holder("fleet-b", clock.now()))  # fmt: skip
-    for _ in range(3):
-        status = b.step(_fleet(clock), POLICY)
-        clock.tick(30)
-    assert b_nomad.sent == []
+    status = _b_takes_over(tmp_path, clock, shared)
     assert status.plan[0].state is PlanState.DONE
 
 
