@@ -14,6 +14,7 @@ from gpuledger.actuators.act_client import ActOutcome, NomadActs, Result
 from gpuledger.actuators.audit_log import (
     ACTS_PREFIX,
     AUDIT_PREFIX,
+    VARIABLE_LIMIT,
     ActNote,
     AuditLog,
     AuditVariables,
@@ -103,29 +104,96 @@ def test_an_odd_audit_variable_from_nomad_is_a_failure_not_a_crash() -> None:
         assert variables.failing is not None and odd.put_items is None
 
 
-def test_the_hours_acts_read_back_in_order_hostile_items_skipped() -> None:
+def test_the_hours_acts_read_back_in_their_window_and_order_hostile_items_skipped() -> None:
     late = AT.replace(hour=23, minute=50)
-    notes = [
-        ActNote(AT, "act.done", "fleet-a", "scale-down:old", 4),  # before the window
-        ActNote(late, "act.started", "fleet-a", "scale-down:a1", 4),
-        ActNote(late + timedelta(seconds=1), "act.done", "fleet-a", "scale-down:a1", 4),
-        ActNote(late + timedelta(minutes=20), "act.started", "fleet-a", "stop-allocation:b", 7),
-    ]
+    since, until = late - timedelta(minutes=5), late + timedelta(minutes=40)  # 23:45 to 00:30
+    before = ActNote(late - timedelta(minutes=10), "act.done", "fleet-a", "scale-down:old", 4)
+    started = ActNote(late, "act.started", "fleet-a", "scale-down:a1", 4)
+    done = ActNote(late + timedelta(seconds=1), "act.done", "fleet-a", "scale-down:a1", 4)
+    skewed = ActNote(late - timedelta(seconds=1), "act.done", "fleet-b", "stop-allocation:c", 7)
+    next_hour = ActNote(late + timedelta(minutes=20), "act.started", "fleet-a", "node:n", 9)
+    after = ActNote(late + timedelta(minutes=39), "act.done", "fleet-a", "node:m", 9)
+    ahead = ActNote(late + timedelta(minutes=41), "act.done", "fleet-a", "node:z", 9)
     with FakeNomad("00000000-0000-4000-8000-00000000f1ee") as fake:
         variables = AuditVariables(NomadActs(NomadSettings(addr=fake.url, timeout=2.0)))
-        for note in notes[:3]:
+        for note in (before, started, done, skewed):  # skewed: a clock a second behind
             assert variables.note_act(note) is None
         for hostile in ({"event": "act.done", "at": 1}, {"event": ["x"], "at": late.isoformat()},
                         [1, 2], {"event": "plan.added", "at": late.isoformat(), "actor": "a",
                                  "key": "k", "line": 0}):  # fmt: skip
             variables._add(f"{ACTS_PREFIX}/2026-12-03T23", json.dumps(hostile))
-        assert variables.note_act(notes[3]) is None  # past midnight: the next hour's Variable
+        for note in (next_hour, after, ahead):  # past midnight: the next hour's Variable
+            assert variables.note_act(note) is None
         hour = fake.variables.items(f"{ACTS_PREFIX}/2026-12-03T23")
-        assert hour is not None and len(hour) == 6  # numbered after the highest, none lost
-        read = variables.acts(late - timedelta(minutes=5), late + timedelta(hours=1))
-        assert read == notes[1:]
+        assert hour is not None and len(hour) == 8  # numbered after the highest, none lost
+        # From 23:45 (hour 23 read from its start) to 00:30 (hour 0 read though 00:45 is past).
+        assert variables.acts(since, until) == [skewed, started, done, next_hour, after]
         # An hour nobody wrote is empty, not an error.
         assert variables.acts(AT + timedelta(days=5), AT + timedelta(days=5)) == []
+
+
+class Store:
+    """One Variable's items, with check-and-set on its ModifyIndex."""
+
+    def __init__(self, items: dict[str, str]) -> None:
+        self.items, self.index = items, 1
+
+    def get(self, *args: object, **kwargs: object) -> object:
+        return {"Items": dict(self.items), "ModifyIndex": self.index}
+
+    def put(self, path: str, body: dict[str, Any], params: dict[str, str],
+            *args: object) -> ActOutcome:  # fmt: skip
+        assert params["cas"] == str(self.index)
+        self.items, self.index = body["Items"], self.index + 1
+        return ActOutcome(Result.DONE, 200, "")
+
+
+def _full_hour(events: list[str]) -> dict[str, str]:
+    """Items of notes of ``events`` in turn (one act's key each turn), up to the limit."""
+    items: dict[str, str] = {}
+    n = 0
+    while True:
+        note = ActNote(AT + timedelta(seconds=n), events[n % len(events)], "fleet-a",
+                       f"scale-down:{n // len(events):04d}{'k' * 150}", 4)  # fmt: skip
+        line = json.dumps(note.doc(), separators=(",", ":"))
+        if sum(len(k) + len(v) for k, v in items.items()) + len(line) + 6 > VARIABLE_LIMIT:
+            return items
+        items[f"{n:06d}"] = line
+        n += 1
+
+
+def test_a_full_hour_sheds_the_notes_that_count_for_nothing_never_an_act_done() -> None:
+    # Longer than any note of the full hour: it cannot fit in what is left.
+    new = ActNote(AT.replace(minute=59), "act.started", "fleet-a", "node-ineligible:" + "n" * 200)
+    counted = _full_hour(["act.done"])  # every note an act done: nothing to shed
+    store = Store(dict(counted))
+    assert AuditVariables(store).note_act(new) == "the hour's acts are full"  # type: ignore[arg-type]
+    assert store.items == counted
+    pairs = _full_hour(["act.started", "act.failed"])
+    first = {"000000": counted["000000"], "000001": counted["000001"]}  # two acts done
+    store = Store({**pairs, **{f"9{k}": v for k, v in first.items()}})
+    assert AuditVariables(store).note_act(new) is None  # type: ignore[arg-type]
+    kept = [ActNote.read(v) for v in store.items.values()]
+    assert sorted((k.event, k.key) for k in kept if k) == sorted(
+        [(ActNote.read(v).event, ActNote.read(v).key) for v in first.values()]  # type: ignore[union-attr]
+        + [("act.started", new.key)])  # fmt: skip
+
+
+def test_a_hostile_item_name_costs_no_traceback() -> None:
+    class Store:
+        def __init__(self) -> None:
+            self.items = {"9" * 5000: '{"event":"x"}'}
+
+        def get(self, *args: object, **kwargs: object) -> object:
+            return {"Items": dict(self.items), "ModifyIndex": 1}
+
+        def put(self, path: str, body: dict[str, Any], *args: object) -> ActOutcome:
+            self.items = body["Items"]
+            return ActOutcome(Result.DONE, 200, "")
+
+    store = Store()
+    AuditVariables(store).append(AT, {"event": "act.done"})  # type: ignore[arg-type]
+    assert store.items["000000"] == '{"event":"act.done"}'
 
 
 def test_an_acts_variable_without_items_is_an_error_to_act_on_not_an_empty_record() -> None:

@@ -538,7 +538,7 @@ def test_an_act_dated_in_the_future_is_no_record_of_an_act(tmp_path: Path) -> No
     # In this hour's Variable, where the next holder reads.
     variables = AuditVariables(shared)  # type: ignore[arg-type]
     variables._add(f"{ACTS_PREFIX}/2026-12-03T12", json.dumps(forged.doc()))
-    assert variables.acts(START - timedelta(hours=1), START) == [forged]
+    assert len(shared.vars[f"v1/var/{ACTS_PREFIX}/2026-12-03T12"]["Items"]) == 1
     b = _replica(tmp_path / "b", "fleet-b", nomad, clock, shared, _holder("fleet-b", START))
     for _ in range(2):
         b.step(_fleet(clock), POLICY)

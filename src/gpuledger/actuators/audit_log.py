@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -135,17 +135,21 @@ class AuditVariables:
 
     def note_act(self, note: ActNote) -> str | None:
         """Add ``note`` to its hour's acts; why it could not be, else ``None`` (the caller
-        sends no act whose start is not written down here)."""
+        sends no act whose start is not written down here). A full hour first sheds the
+        notes that count for nothing (a start and its failure, an odd item)."""
         path = f"{ACTS_PREFIX}/{note.at.strftime('%Y-%m-%dT%H')}"
-        why = self._add(path, json.dumps(note.doc(), separators=(",", ":"), ensure_ascii=True))
+        line = json.dumps(note.doc(), separators=(",", ":"), ensure_ascii=True)
+        why = self._add(path, line)
+        if why == _FULL and (why := self._shed(path)) is None:
+            why = self._add(path, line)
         if why is not None:
             why = "the hour's acts are full" if why == _FULL else why
             log.warning("audit.acts_failed", variable=path, error=why)
         return why
 
     def acts(self, since: datetime, now: datetime) -> list[ActNote]:
-        """The act notes of the hours from ``since`` to ``now``, oldest first; a missing hour
-        has none, an item that is no note is skipped. ``SourceError`` when Nomad could not be
+        """The act notes dated from ``since`` to ``now``, oldest first; a missing hour has
+        none, an item that is no note is skipped. ``SourceError`` when Nomad could not be
         read, or answered what is no Variable (the caller then acts on none of it)."""
         notes, hour = [], since.replace(minute=0, second=0, microsecond=0)
         while hour <= now:
@@ -156,7 +160,7 @@ class AuditVariables:
                 raise SourceError(SourceName.NOMAD, f"the Variable {path} has no Items of text")
             for _, value in sorted(items.items()):
                 note = ActNote.read(value)
-                if note is not None and note.at >= since:
+                if note is not None and since <= note.at <= now:
                     notes.append(note)
             hour += timedelta(hours=1)
         return sorted(notes, key=lambda n: n.at)
@@ -164,6 +168,26 @@ class AuditVariables:
     def _get(self, path: str) -> Any:
         return self._acts.get(f"/v1/var/{quote(path, safe='/')}", "variables read",
                               {"namespace": self.namespace}, missing_ok=True)  # fmt: skip
+
+    def _shed(self, path: str) -> str | None:
+        """Keep, of the full Variable ``path``, only the notes that count (``counting``), with
+        check-and-set; why not, else ``None``. ``_FULL`` when all of them count."""
+        try:
+            current = self._get(path)
+        except SourceError as err:
+            return err.message
+        items = (_items(current) if current is not None else None) or {}
+        index = current.get("ModifyIndex", 0) if isinstance(current, dict) else 0
+        notes = {k: n for k, v in items.items() if (n := ActNote.read(v)) is not None}
+        keep = {id(n) for n in counting(list(notes.values()))}
+        kept = {k: items[k] for k, n in notes.items() if id(n) in keep}
+        if len(kept) == len(items) or not isinstance(index, int) or isinstance(index, bool):
+            return _FULL
+        body = {"Namespace": self.namespace, "Path": path, "Items": kept}
+        out = self._acts.put(f"v1/var/{quote(path, safe='/')}", body,
+                             {"namespace": self.namespace, "cas": str(index)}, _WRITE)  # fmt: skip
+        log.info("audit.acts_shed", variable=path, kept=len(kept), shed=len(items) - len(kept))
+        return None if out.result is Result.DONE else out.answer
 
     def _add(self, path: str, line: str) -> str | None:
         """Append ``line`` as the next item of ``path`` (two tries: a CAS lost to a race); why
@@ -180,13 +204,12 @@ class AuditVariables:
             if sum(len(k) + len(v) for k, v in items.items()) + len(line) > VARIABLE_LIMIT:
                 return _FULL
             # The next number after the highest: an item skipped as odd is never overwritten.
-            taken = [int(k) for k in items if k.isdigit() and k.isascii()]
+            taken = [int(k) for k in items if k.isascii() and k.isdigit() and len(k) <= 9]
             items[f"{max(taken, default=-1) + 1:06d}"] = line
             body = {"Namespace": self.namespace, "Path": path, "Items": items}
             out = self._acts.put(f"v1/var/{quote(path, safe='/')}", body,
                                  {"namespace": self.namespace, "cas": str(index)},
-                                 'variables { path "nomad/jobs/gpuledger-fleet/*" '
-                                 '{ capabilities = ["write"] } }')  # fmt: skip
+                                 _WRITE)  # fmt: skip
             if out.result is Result.DONE:
                 return None
             if out.result is not Result.CHANGED:
@@ -195,6 +218,7 @@ class AuditVariables:
 
 
 _FULL = "full"
+_WRITE = 'variables { path "nomad/jobs/gpuledger-fleet/*" { capabilities = ["write"] } }'
 
 ACT_EVENTS = frozenset({"act.started", "act.done", "act.refused", "act.failed", "act.skipped"})
 
@@ -240,3 +264,19 @@ def _items(variable: object) -> dict[str, str] | None:
     if not isinstance(got, dict):
         return None
     return {k: v for k, v in got.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def counting(notes: Sequence[ActNote]) -> list[ActNote]:
+    """The notes of ``notes`` (oldest first) that say an act was done: each ``act.done``, and
+    each ``act.started`` its actor left with no outcome after it (it may have reached Nomad
+    before the actor died: counted as done, so it is neither done again nor left out of the
+    rate limits)."""
+    done, started = [], {}
+    for n in notes:
+        if n.event == "act.done":
+            done.append(n)
+        if n.event == "act.started":
+            started[(n.key, n.actor)] = n
+        else:
+            started.pop((n.key, n.actor), None)
+    return sorted([*done, *started.values()], key=lambda n: n.at)

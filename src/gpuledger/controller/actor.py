@@ -34,7 +34,7 @@ import structlog
 
 from gpuledger.actuators.act_client import ActOutcome, NomadActs, Result
 from gpuledger.actuators.actor_lock import ActorLock
-from gpuledger.actuators.audit_log import ACT_EVENTS, ActNote, AuditLog
+from gpuledger.actuators.audit_log import ACT_EVENTS, ActNote, AuditLog, counting
 from gpuledger.actuators.webhook import Webhooks
 from gpuledger.controller.clock import Clock
 from gpuledger.core.act_plan import (
@@ -176,7 +176,8 @@ class Actor:
 
     def _done_before(self) -> list[Done]:
         """The acts the audit says were done in the last hour (before a restart)."""
-        since = self.clock.now() - RECENT
+        now = self.clock.now()
+        since = now - RECENT
         notes = []
         for event in self.audit.events(since - timedelta(hours=23)):
             if event.act is not None and event.event.startswith("plan."):
@@ -187,7 +188,7 @@ class Actor:
             if event.at < since:
                 continue
             self._recent.append(event)
-            if event.event in ACT_EVENTS and event.act is not None:
+            if event.event in ACT_EVENTS and event.act is not None and event.at <= now + CLOCK_SKEW:
                 notes.append(_note(event.at, event.event, event.actor, event.act))
         return done_of(notes)
 
@@ -281,7 +282,8 @@ class Actor:
         if since is None or since == self._caught_up:
             return
         try:
-            notes = shared.acts(now - RECENT, now + CLOCK_SKEW)
+            # Another replica's clock may be behind or ahead of this one's by the skew.
+            notes = shared.acts(now - RECENT - CLOCK_SKEW, now + CLOCK_SKEW)
         except SourceError as err:
             self._catch_up_error = err.message
         except Exception as exc:  # a bug in reading them back holds the acts, never the sweep
@@ -436,20 +438,8 @@ def _note(at: datetime, event: str, actor: str, act: PlannedAct) -> ActNote:
 
 
 def done_of(notes: Sequence[ActNote]) -> list[Done]:
-    """The acts ``notes`` (oldest first) say were done: each ``act.done``, and each
-    ``act.started`` its actor left with no outcome after it (it may have reached Nomad before
-    the actor died: counted as done, so it is neither done again nor left out of the rate
-    limits)."""
-    done, started = [], {}
-    for n in notes:
-        if n.event == "act.done":
-            done.append(Done(n.key, n.at, n.line))
-        if n.event == "act.started":
-            started[(n.key, n.actor)] = n
-        else:
-            started.pop((n.key, n.actor), None)
-    done += [Done(n.key, n.at, n.line) for n in started.values()]
-    return sorted(done, key=lambda d: d.at)
+    """The acts ``notes`` (oldest first) say were done (``counting``)."""
+    return [Done(n.key, n.at, n.line) for n in counting(notes)]
 
 
 def _why_not(outcome: ActOutcome) -> str:
