@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import structlog
 
-from gpuledger.actuators.act_client import NomadActs, Result
+from gpuledger.actuators.act_client import ActOutcome, NomadActs, Result
 from gpuledger.errors import ConfigError, ContractError, SourceError, SourceName
 from gpuledger.model.action_docs import audit_doc, read_audit
 from gpuledger.model.actions import AuditEvent
@@ -169,23 +169,36 @@ class AuditVariables:
         return self._acts.get(f"/v1/var/{quote(path, safe='/')}", "variables read",
                               {"namespace": self.namespace}, missing_ok=True)  # fmt: skip
 
-    def _shed(self, path: str) -> str | None:
-        """Keep, of the full Variable ``path``, only the notes that count (``counting``), with
-        check-and-set; why not, else ``None``. ``_FULL`` when all of them count."""
+    def _current(self, path: str) -> tuple[dict[str, str], int] | str:
+        """The items of ``path`` (none when it is missing) and its ``ModifyIndex``; why not."""
         try:
             current = self._get(path)
         except SourceError as err:
             return err.message
         items = (_items(current) if current is not None else None) or {}
         index = current.get("ModifyIndex", 0) if isinstance(current, dict) else 0
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            return f"the Variable {path}'s ModifyIndex is no index"
+        return items, index
+
+    def _put(self, path: str, items: dict[str, str], index: int) -> ActOutcome:
+        body = {"Namespace": self.namespace, "Path": path, "Items": items}
+        return self._acts.put(f"v1/var/{quote(path, safe='/')}", body,
+                              {"namespace": self.namespace, "cas": str(index)}, _WRITE)  # fmt: skip
+
+    def _shed(self, path: str) -> str | None:
+        """Keep, of the full Variable ``path``, only the notes that count (``counting``), with
+        check-and-set; why not, else ``None``. ``_FULL`` when all of them count."""
+        current = self._current(path)
+        if isinstance(current, str):
+            return current
+        items, index = current
         notes = {k: n for k, v in items.items() if (n := ActNote.read(v)) is not None}
         keep = {id(n) for n in counting(list(notes.values()))}
         kept = {k: items[k] for k, n in notes.items() if id(n) in keep}
-        if len(kept) == len(items) or not isinstance(index, int) or isinstance(index, bool):
+        if len(kept) == len(items):
             return _FULL
-        body = {"Namespace": self.namespace, "Path": path, "Items": kept}
-        out = self._acts.put(f"v1/var/{quote(path, safe='/')}", body,
-                             {"namespace": self.namespace, "cas": str(index)}, _WRITE)  # fmt: skip
+        out = self._put(path, kept, index)
         log.info("audit.acts_shed", variable=path, kept=len(kept), shed=len(items) - len(kept))
         return None if out.result is Result.DONE else out.answer
 
@@ -193,23 +206,16 @@ class AuditVariables:
         """Append ``line`` as the next item of ``path`` (two tries: a CAS lost to a race); why
         not, else ``None``."""
         for _ in range(2):
-            try:
-                current = self._get(path)
-            except SourceError as err:
-                return err.message
-            items = (_items(current) if current is not None else None) or {}
-            index = current.get("ModifyIndex", 0) if isinstance(current, dict) else 0
-            if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-                return f"the Variable {path}'s ModifyIndex is no index"
+            current = self._current(path)
+            if isinstance(current, str):
+                return current
+            items, index = current
             if sum(len(k) + len(v) for k, v in items.items()) + len(line) > VARIABLE_LIMIT:
                 return _FULL
             # The next number after the highest: an item skipped as odd is never overwritten.
             taken = [int(k) for k in items if k.isascii() and k.isdigit() and len(k) <= 9]
             items[f"{max(taken, default=-1) + 1:06d}"] = line
-            body = {"Namespace": self.namespace, "Path": path, "Items": items}
-            out = self._acts.put(f"v1/var/{quote(path, safe='/')}", body,
-                                 {"namespace": self.namespace, "cas": str(index)},
-                                 _WRITE)  # fmt: skip
+            out = self._put(path, items, index)
             if out.result is Result.DONE:
                 return None
             if out.result is not Result.CHANGED:
