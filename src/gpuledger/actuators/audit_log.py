@@ -194,8 +194,8 @@ class AuditVariables:
             return current
         items, index = current
         notes = {k: n for k, v in items.items() if (n := ActNote.read(v)) is not None}
-        keep = {id(n) for n in counting(list(notes.values()))}
-        kept = {k: items[k] for k, n in notes.items() if id(n) in keep}
+        keep = set(counting(list(notes.values())))
+        kept = {k: items[k] for k, n in notes.items() if n in keep}
         if len(kept) == len(items):
             return _FULL
         out = self._put(path, kept, index)

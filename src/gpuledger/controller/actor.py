@@ -190,7 +190,7 @@ class Actor:
             self._recent.append(event)
             if event.event in ACT_EVENTS and event.act is not None and event.at <= now + CLOCK_SKEW:
                 notes.append(_note(event.at, event.event, event.actor, event.act))
-        return done_of(notes)
+        return _done_of(notes)
 
     # ---------------------------------------------------------------- one sweep
 
@@ -291,7 +291,7 @@ class Actor:
             self._catch_up_error = f"gpuledger failed reading them ({type(exc).__name__})"
         else:
             known = {(d.key, d.at) for d in self._done}
-            theirs = [d for d in done_of(notes) if (d.key, d.at) not in known]
+            theirs = [d for d in _done_of(notes) if (d.key, d.at) not in known]
             self._done += theirs
             seen = {(e.at, e.event, e.actor) for e in self._recent}
             read_back = [AuditEvent(n.at, n.event, n.actor, None, f"{n.key} (read back from "
@@ -327,12 +327,12 @@ class Actor:
         when = at if at is not None else self.clock.now()
         happened = AuditEvent(when, event, self.config.identity, act, answer)
         self._recent.append(happened)
-        of_act = event in ACT_EVENTS and act is not None
-        self.audit.append(happened, shared=of_act or self._speaks())
+        of_act = act if event in ACT_EVENTS else None
+        self.audit.append(happened, shared=of_act is not None or self._speaks())
         shared = self.audit.variables
-        if not of_act or shared is None or act is None:
+        if of_act is None or shared is None:
             return None
-        return shared.note_act(_note(when, event, self.config.identity, act))
+        return shared.note_act(_note(when, event, self.config.identity, of_act))
 
     def _audit_changes(self, plan: Sequence[PlannedAct], now: datetime) -> None:
         """``plan.added``, ``plan.changed`` (its state) and ``plan.dropped`` (its finding
@@ -437,7 +437,7 @@ def _note(at: datetime, event: str, actor: str, act: PlannedAct) -> ActNote:
     return ActNote(at, event, actor, act.key, act.rule_line)
 
 
-def done_of(notes: Sequence[ActNote]) -> list[Done]:
+def _done_of(notes: Sequence[ActNote]) -> list[Done]:
     """The acts ``notes`` (oldest first) say were done (``counting``)."""
     return [Done(n.key, n.at, n.line) for n in counting(notes)]
 
