@@ -114,6 +114,12 @@ class XidEvent:
     process: str | None = None
     source: str = "kernel-log"
     """``kernel-log`` or ``nvml``."""
+    trusted: bool = True
+    """Whether the record is the kernel's own word (a ``/dev/kmsg`` record of facility 0, a
+    journal entry with ``_TRANSPORT=kernel``, NVML's event API); ``False`` for a line read from
+    a text file, which any process that can write to syslog can forge."""
+    instance: str | None = None
+    """The MIG instance the driver's line names (``GPU-I:05``, ``GPU-CI:01``), if it names one."""
 
 
 @dataclass(frozen=True, slots=True)
