@@ -118,6 +118,9 @@ class XidEvent:
     """Whether the record is the kernel's own word (a ``/dev/kmsg`` record of facility 0, a
     journal entry with ``_TRANSPORT=kernel``, NVML's event API); ``False`` for a line read from
     a text file, which any process that can write to syslog can forge."""
+    origin: str | None = None
+    """Where the line was read: the path of ``--kernel-log`` (``/dev/kmsg``, ``/var/log/kern.log``),
+    ``journal``; ``None`` for NVML."""
     instance: str | None = None
     """The MIG instance the driver's line names (``GPU-I:05``, ``GPU-CI:01``), if it names one."""
 
