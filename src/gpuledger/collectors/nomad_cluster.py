@@ -64,27 +64,33 @@ class _Service(Requester):  # type: ignore[misc]
     ENDPOINT = "service"
 
 
-def _gpu_count(resources: Mapping[str, Any] | None) -> int:
-    """How many ``nvidia``/``gpu`` instances a node's ``NodeResources`` lists."""
-    count = 0
+def _gpus(resources: Mapping[str, Any] | None) -> tuple[int, frozenset[str]]:
+    """How many ``nvidia``/``gpu`` instances a node's ``NodeResources`` lists, and their ids."""
+    count, ids = 0, set()
     # go-codec encodes empty slices as null: Devices and Instances may both be None.
     for device in (resources or {}).get("Devices") or ():
         if device.get("Vendor") == "nvidia" and device.get("Type") == "gpu":
-            count += len(device.get("Instances") or ())
-    return count
+            instances = device.get("Instances") or ()
+            count += len(instances)
+            for instance in instances:
+                if isinstance(instance, Mapping) and isinstance(instance.get("ID"), str):
+                    ids.add(instance["ID"])
+    return count, frozenset(ids)
 
 
 def _cluster_node(stub: Mapping[str, Any], resources: Mapping[str, Any] | None) -> ClusterNode:
     node_id = stub.get("ID")
     if not isinstance(node_id, str) or not node_id or not is_text(node_id):
         raise ValueError("a node without an ID")
+    count, ids = _gpus(resources)
     return ClusterNode(
         id=node_id,
         name=_text(stub.get("Name"), node_id),
         status=_text(stub.get("Status"), "unknown"),
         eligible=stub.get("SchedulingEligibility") == "eligible",
         drain=bool(stub.get("Drain")),
-        gpus=_gpu_count(resources),
+        gpus=count,
+        devices=ids,
     )
 
 

@@ -53,6 +53,8 @@ class ClusterNode:
     drain: bool = False
     gpus: int = 0
     """How many ``nvidia``/``gpu`` device instances Nomad fingerprinted on it."""
+    devices: frozenset[str] = frozenset()
+    """Their ids (GPU and MIG instance UUIDs): whose card a ledger may speak of."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,9 @@ class NodeSummary:
     unknown (``meta_keys.fault_counts``: the rule the node publishes by)."""
     unscheduled: int | None = None
     """Its devices Nomad cannot schedule (``device-unscheduled``); ``None``: unknown."""
+    uuids: frozenset[str] = frozenset()
+    """The GPUs and MIG instances its ledger lists, by UUID: a ledger that lists a device
+    Nomad fingerprinted on another node speaks of a card that is not its own."""
 
 
 @dataclass(frozen=True, slots=True)

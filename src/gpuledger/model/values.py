@@ -388,6 +388,10 @@ class Finding:
     owner: str = ""
     """The identity part that is neither code nor GPU: allocation and task, else the
     container, else the host command name, else the source. Never the PID."""
+    node_id: str | None = None
+    """The fleet's stamp: the Nomad node whose row the finding belongs to, as discovery and
+    Nomad vouch for it (never what a ledger says of itself); ``None`` on a node's own ledger,
+    and for a row no Nomad node id is known for."""
 
     @property
     def key(self) -> tuple[str, str | None, str]:
