@@ -121,7 +121,8 @@ def _fleet(clock: StepClock, idle: bool = True) -> Fleet:
                      None, Level.WARN, {}, {})  # fmt: skip
     subject = {"alloc": ALLOC, "namespace": "default", "job": "notebook", "task": "jupyter"}
     finding = Finding(Code.RESERVED_IDLE, Level.WARN, GPU, "gpu-1", "GPU 0 is idle", subject,
-                      START - timedelta(hours=24), f"alloc:{ALLOC}/jupyter")  # fmt: skip
+                      START - timedelta(hours=24), f"alloc:{ALLOC}/jupyter",
+                      NODE_ID)  # fmt: skip
     return Fleet(clock.now(), {"nomad": SourceStatus.up()}, (node,), (),
                  (finding,) if idle else ())  # fmt: skip
 
@@ -306,7 +307,7 @@ def _two_acts(clock: StepClock) -> tuple[Fleet, Policy]:
     node2 = FleetNode("gpu-2", "node-2", "http://gpu-2:9877", NodeStatus.OK, "ready", True, 1,
                       None, Level.WARN, {}, {})  # fmt: skip
     other = Finding(Code.GPU_UNHEALTHY, Level.BAD, "GPU-2", "gpu-2", "GPU 0 reports ECC errors",
-                    {}, START - timedelta(hours=3), "gpu:GPU-2")  # fmt: skip
+                    {}, START - timedelta(hours=3), "gpu:GPU-2", "node-2")  # fmt: skip
     fleet = _fleet(clock)
     fleet = replace(fleet, nodes=(*fleet.nodes, node2), findings=(*fleet.findings, other))
     second = ActionRule(Code.GPU_UNHEALTHY, Act.NODE_INELIGIBLE, line=9)

@@ -36,10 +36,12 @@ def node(name: str = "gpu-00001", node_id: str | None = NODE_ID, status: NodeSta
 
 
 def idle(alloc: str = ALLOC, gpu: str = GPU, since: datetime | None = IDLE_SINCE,
-         job: str = "notebook", node_name: str = "gpu-00001") -> Finding:  # fmt: skip
+         job: str = "notebook", node_name: str = "gpu-00001",
+         node_id: str | None = NODE_ID) -> Finding:  # fmt: skip
+    """A reserved-idle finding as the fleet passes it on: stamped with its row's node."""
     subject = {"alloc": alloc, "namespace": "default", "job": job, "task": "jupyter"}
     return Finding(Code.RESERVED_IDLE, Level.WARN, gpu, node_name, f"GPU {gpu} is idle", subject,
-                   since, f"alloc:{alloc}/jupyter")  # fmt: skip
+                   since, f"alloc:{alloc}/jupyter", node_id)  # fmt: skip
 
 
 def fleet(*findings: Finding, nodes: tuple[FleetNode, ...] | None = None) -> Fleet:
@@ -104,10 +106,16 @@ def test_nothing_is_planned_without_actions_or_on_a_node_not_read() -> None:
 
 def test_a_node_whose_own_sources_failed_holds_its_acts() -> None:
     blind = Finding(Code.SOURCE_UNAVAILABLE, Level.ERROR, None, "gpu-00001",
-                    "nomad: unreachable", {"source": "nomad"})  # fmt: skip
+                    "nomad: unreachable", {"source": "nomad"}, node_id=NODE_ID)  # fmt: skip
     (p,) = plan_of(fleet(idle(), blind), facts())
     assert p.state is PlanState.HELD
-    assert "could not read its own sources" in p.why
+    assert p.why == "node gpu-00001's word is not trusted this sweep: nomad: unreachable"
+
+
+def test_a_finding_without_the_fleets_stamp_is_no_candidate() -> None:
+    # Only the fleet's stamp (the Nomad node id discovery vouches for) places a finding on a
+    # node: a name alone, which a ledger chooses, never does.
+    assert candidates(fleet(idle(node_id=None)), (SCALE,)) == ()
 
 
 def test_a_failed_nomad_read_is_never_acted_on() -> None:
@@ -120,7 +128,11 @@ def test_a_ledger_naming_an_allocation_nomad_places_elsewhere_is_not_acted_on() 
     elsewhere = alloc(node_id="22222222-0000-4000-8000-000000000002")
     (p,) = plan_of(fleet(idle()), facts(j=job(elsewhere), a=elsewhere))
     assert p.state is PlanState.HELD
-    assert "another node" in p.why
+    assert p.why == (
+        f"node gpu-00001's ledger names allocation {ALLOC}, which Nomad places on node "
+        "22222222-0000-4000-8000-000000000002: its ledger is suspect, and no act is planned on "
+        "its word"
+    )
 
 
 def test_an_allocation_nomad_already_stops_is_done_not_done_again() -> None:
@@ -198,7 +210,9 @@ def _many(n: int) -> tuple[Fleet, NomadFacts]:
     findings, nodes, jobs, allocs = [], [], {}, {}
     for i in range(n):
         a_id, gpu, node_id = f"alloc-{i}", f"GPU-{i}", f"node-{i}"
-        findings.append(idle(a_id, gpu, IDLE_SINCE + timedelta(minutes=i), f"nb-{i}", f"gpu-{i}"))
+        findings.append(
+            idle(a_id, gpu, IDLE_SINCE + timedelta(minutes=i), f"nb-{i}", f"gpu-{i}", node_id)
+        )
         nodes.append(node(f"gpu-{i}", node_id))
         facts_a = AllocFacts(a_id, "default", f"nb-{i}", "nb", node_id, "run", "running", 0,
                              frozenset({gpu}))  # fmt: skip
@@ -233,7 +247,7 @@ def test_an_actions_own_rate_limit() -> None:
 
 def test_two_findings_asking_two_acts_of_one_node_take_turns() -> None:
     unhealthy = Finding(Code.GPU_UNHEALTHY, Level.BAD, "GPU-sick", "gpu-00001", "ECC", {},
-                        NOW - timedelta(hours=3), "gpu:GPU-sick")  # fmt: skip
+                        NOW - timedelta(hours=3), "gpu:GPU-sick", NODE_ID)  # fmt: skip
     rules = (SCALE, ActionRule(Code.GPU_UNHEALTHY, Act.NODE_INELIGIBLE, line=12))
     plan = plan_of(fleet(idle(), unhealthy), facts(), rules=rules)
     states = {p.act: p.state for p in plan}
@@ -245,7 +259,7 @@ def test_two_findings_asking_two_acts_of_one_node_take_turns() -> None:
 
 def test_node_ineligible_is_done_once_nomad_says_the_node_is_ineligible() -> None:
     unhealthy = Finding(Code.GPU_UNHEALTHY, Level.BAD, "GPU-sick", "gpu-00001", "ECC", {},
-                        NOW - timedelta(hours=3), "gpu:GPU-sick")  # fmt: skip
+                        NOW - timedelta(hours=3), "gpu:GPU-sick", NODE_ID)  # fmt: skip
     rule = ActionRule(Code.GPU_UNHEALTHY, Act.NODE_INELIGIBLE)
     (p,) = plan_of(fleet(unhealthy, nodes=(node(eligible=False),)), NomadFacts(), rules=(rule,))
     assert p.state is PlanState.DONE
@@ -258,7 +272,7 @@ def test_stop_allocation_of_an_orphan_is_refused_saying_to_stop_its_container() 
     rule = ActionRule(Code.UNRESERVED_TENANT, Act.STOP_ALLOCATION)
     tenant = Finding(Code.UNRESERVED_TENANT, Level.BAD, GPU, "gpu-00001", "orphan",
                      {"alloc": ALLOC, "namespace": "default", "job": "notebook"},
-                     IDLE_SINCE, f"alloc:{ALLOC}/jupyter")  # fmt: skip
+                     IDLE_SINCE, f"alloc:{ALLOC}/jupyter", NODE_ID)  # fmt: skip
     nomad = NomadFacts({("default", "notebook"): job()}, {ALLOC: None})
     (p,) = plan_of(fleet(tenant), nomad, rules=(rule,))
     assert p.state is PlanState.REFUSED
@@ -299,11 +313,12 @@ def test_a_group_with_pending_allocations_is_held() -> None:
     assert "wants 2 but runs 1" in p.why
 
 
-def test_two_nodes_of_one_name_hold_the_act() -> None:
-    twins = (node(), node(node_id="22222222-0000-4000-8000-000000000002"))
+def test_two_nodes_of_one_name_are_told_apart_by_their_node_ids() -> None:
+    other = "22222222-0000-4000-8000-000000000002"
+    twins = (node(node_id=other), node())
     (p,) = plan_of(fleet(idle(), nodes=twins), facts())
-    assert p.state is PlanState.HELD
-    assert "two nodes are named gpu-00001" in p.why
+    assert p.state is PlanState.DUE
+    assert p.target.node_id == NODE_ID
 
 
 def test_a_notify_only_action_plans_a_notice_not_an_act() -> None:

@@ -9,12 +9,11 @@ import pytest
 
 from gpuledger.core.fleet_join import (
     Discovery,
-    Shard,
     date_findings,
     judge_ledger,
     reconcile_fleet,
-    shard_of,
 )
+from gpuledger.core.fleet_shard import Shard, shard_of
 from gpuledger.model import (
     AllocRef,
     Code,

@@ -24,7 +24,7 @@ from gpuledger.model.redact import CommandMode
 
 if TYPE_CHECKING:
     from gpuledger.commands.report_mail import SmtpSettings
-    from gpuledger.core.fleet_join import Shard as Shard  # noqa: PLC0414 - for the CLI's types
+    from gpuledger.core.fleet_shard import Shard as Shard  # noqa: PLC0414 - for the CLI's types
 
 GpuBackend = Literal["auto", "nvml", "nvidia-smi"]
 ReportOutput = Literal["table", "json", "csv"]
@@ -40,7 +40,7 @@ parse_since = time_text.parse_since
 def parse_shard(text: str) -> Shard:
     """``K/N``, ``0 <= K < N``; ``ValueError`` says what is wrong."""
     # The fleet's join (and its model) loads only for the fleet: serve's imports stay a node's.
-    from gpuledger.core.fleet_join import Shard  # noqa: PLC0415
+    from gpuledger.core.fleet_shard import Shard  # noqa: PLC0415
 
     return Shard.parse(text)
 

@@ -34,11 +34,11 @@ from gpuledger.core.fleet_join import (
     Discovery,
     FindingKey,
     Judgement,
-    Shard,
     date_findings,
     judge_ledger,
     reconcile_fleet,
 )
+from gpuledger.core.fleet_shard import Shard
 from gpuledger.errors import (
     ContractError,
     PolicyError,

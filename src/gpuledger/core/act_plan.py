@@ -118,33 +118,36 @@ def action_for(actions: Sequence[ActionRule], finding: Finding) -> ActionRule | 
 def candidates(fleet: Fleet, actions: Sequence[ActionRule]) -> tuple[Candidate, ...]:
     """The findings an action takes, each with the first action (file order) that takes it,
     on nodes read this sweep (an unreachable, stale or foreign node's findings are not its
-    ledger's, and are never acted on)."""
+    ledger's, and are never acted on).
+
+    A node speaks only for itself (``core/fleet_trust.py``): a finding counts on the row the
+    fleet stamped it with, by Nomad node id, never by the name a ledger gives; and findings are
+    merged into one act's evidence only within one node's ledger."""
     if not actions:
         return ()
     nodes: dict[str, FleetNode] = {}
-    blind: dict[str, str] = {}
     for node in fleet.nodes:
-        if node.status is NodeStatus.OK and node.counted:
-            if node.name in nodes:
-                # A finding names its node by name: which of the two is meant cannot be told.
-                blind[node.name] = f"two nodes are named {node.name}: which one cannot be told"
-            nodes.setdefault(node.name, node)
+        if node.status is NodeStatus.OK and node.counted and node.nomad_node_id:
+            nodes.setdefault(node.nomad_node_id, node)
+    blind: dict[str, str] = {}
     for f in fleet.findings:
-        if f.code is Code.SOURCE_UNAVAILABLE and f.node in nodes:
-            blind.setdefault(f.node, f.message)
-    found: dict[str, Candidate] = {}
+        if f.code is Code.SOURCE_UNAVAILABLE and f.node_id in nodes:
+            blind.setdefault(f.node_id, f.message)
+    found: dict[tuple[str, str], Candidate] = {}
     for finding in fleet.findings:
-        at = nodes.get(finding.node)
+        node_id = finding.node_id or ""
+        at = nodes.get(node_id)
         rule = action_for(actions, finding)
         if at is None or rule is None:
             continue
-        candidate = Candidate(rule, finding, at, blind.get(finding.node))
-        kept = found.get(candidate.key)
+        candidate = Candidate(rule, finding, at, blind.get(node_id))
+        slot = (node_id, candidate.key)
+        kept = found.get(slot)
         siblings = (*(kept.siblings if kept else ()), finding)
-        # One act per target: the finding that opened first speaks for it.
+        # One act per target and node: the finding that opened first speaks for it.
         if kept is None or _since(finding) < _since(kept.finding):
             kept = candidate
-        found[candidate.key] = replace(kept, siblings=siblings)
+        found[slot] = replace(kept, siblings=siblings)
     return tuple(found.values())
 
 
@@ -175,8 +178,6 @@ class _Sweep:
     now: datetime
     done: Mapping[str, datetime]
     """The keys of the acts done within the hour, and when."""
-    idle: Mapping[str, set[str]]
-    """Per allocation, its GPUs idle past their grace."""
 
 
 @dataclass(frozen=True)
@@ -199,10 +200,9 @@ def plan_acts(
     """The plan of ``found`` at ``now``: each act's state and why, rate limits and one act per
     node and group a sweep applied to the due ones, oldest due first."""
     recent = [d for d in done if now - RECENT <= d.at <= now + CLOCK_SKEW]
-    sweep = _Sweep(facts, acting, owner_keys, now, {d.key: d.at for d in recent},
-                   _idle_gpus(found, now))  # fmt: skip
+    sweep = _Sweep(facts, acting, owner_keys, now, {d.key: d.at for d in recent})
     planned: list[PlannedAct] = []
-    for c in found:
+    for c in _placed(found, facts):
         due = c.finding.since + c.rule.after if c.finding.since else None
         judged = _judge(c, sweep, due)
         planned.append(
@@ -239,14 +239,30 @@ def _owner(c: Candidate, facts: NomadFacts, owner_keys: Sequence[str]) -> str | 
     return resolve_owner(meta, job.namespace, owner_keys).name
 
 
-def _idle_gpus(found: Sequence[Candidate], now: datetime) -> dict[str, set[str]]:
-    """Per allocation, its GPUs with an idle finding past the grace of the action taking it."""
-    idle: dict[str, set[str]] = {}
+def _placed(found: Sequence[Candidate], facts: NomadFacts) -> list[Candidate]:
+    """One candidate per act: of several nodes' candidates for one act, the ones of the node
+    Nomad places its allocation on (another node's ledger never speaks for it); where none is,
+    the first, to be held for what it claims."""
+    by_key: dict[str, list[Candidate]] = {}
     for c in found:
-        for f in c.siblings or (c.finding,):
-            due = f.since is not None and f.since + c.rule.after <= now
-            if f.code in _IDLE and c.alloc and f.gpu and due:
-                idle.setdefault(c.alloc, set()).add(f.gpu)
+        by_key.setdefault(c.key, []).append(c)
+    kept: list[Candidate] = []
+    for group in by_key.values():
+        alloc = facts.allocs.get(group[0].alloc or "")
+        placed = alloc.node_id if isinstance(alloc, AllocFacts) else None
+        group.sort(key=lambda c: (c.node.nomad_node_id != placed, _since(c.finding)))
+        kept.append(group[0])
+    return kept
+
+
+def _idle_gpus(c: Candidate, now: datetime) -> set[str]:
+    """The GPUs of the candidate's allocation with an idle finding past the grace of the action
+    taking it, on the candidate's own node's word."""
+    idle: set[str] = set()
+    for f in c.siblings or (c.finding,):
+        due = f.since is not None and f.since + c.rule.after <= now
+        if f.code in _IDLE and f.gpu and due and f.node_id == c.node.nomad_node_id:
+            idle.add(f.gpu)
     return idle
 
 
@@ -257,7 +273,7 @@ def _judge(c: Candidate, sweep: _Sweep, due: datetime | None) -> _Judged:
     if c.rule.act is None:
         return _Judged(PlanState.HELD, "notify only: this action does no act", target)
     if c.blind is not None:
-        why = f"node {node.name} could not read its own sources this sweep ({c.blind})"
+        why = f"node {node.name}'s word is not trusted this sweep: {c.blind}"
         return _Judged(PlanState.HELD, why, target)
     if c.rule.act is Act.NODE_INELIGIBLE:
         return _node_act(c, target, sweep.now, due, sweep.done)
@@ -329,7 +345,7 @@ def _alloc_act(c: Candidate, sweep: _Sweep, due: datetime | None) -> _Judged:
         return _Judged(PlanState.HELD, held, target)
     if c.rule.act is Act.STOP_ALLOCATION:
         return _grace(target, now, due)
-    return _scale(c, facts, job, alloc, target, now, due, sweep.idle)
+    return _scale(c, facts, job, alloc, target, now, due)
 
 
 def _mismatch(c: Candidate, alloc: AllocFacts) -> str | None:
@@ -337,7 +353,7 @@ def _mismatch(c: Candidate, alloc: AllocFacts) -> str | None:
     if alloc.node_id != c.node.nomad_node_id:
         return (
             f"node {c.node.name}'s ledger names allocation {alloc.id}, which Nomad places on "
-            f"another node: not acted on"
+            f"node {alloc.node_id}: its ledger is suspect, and no act is planned on its word"
         )
     if c.job != (alloc.namespace, alloc.job):
         return f"node {c.node.name}'s ledger names allocation {alloc.id} of another job"
@@ -387,7 +403,6 @@ def _scale(
     target: ActTarget,
     now: datetime,
     due: datetime | None,
-    idle: Mapping[str, set[str]],
 ) -> _Judged:
     version = facts.version
     if isinstance(version, str) or version is None:
@@ -418,7 +433,7 @@ def _scale(
     judged = _grace(target, now, due, job.modify_index, (count, count - 1))
     if judged.state is PlanState.DUE:
         gpus = alloc.gpus
-        busy = sorted(gpus - idle.get(alloc.id, set()))
+        busy = sorted(gpus - _idle_gpus(c, now))
         if not gpus:
             why = f"Nomad lists no GPU for allocation {alloc.id}: nothing to give back"
             return _Judged(PlanState.HELD, why, target)

@@ -15,17 +15,19 @@ Two functions and nothing that reads a source or the clock:
   flagging them, and counts it all: a node it could not read or trust has unknown fault
   counts, never zero.
 
-``Shard`` splits a fleet between instances by a stable hash of each node's Nomad node id.
+Who is believed about what is ``core/fleet_trust.py``'s; how a fleet is split, ``fleet_shard``'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
 
 from gpuledger.core.fleet_bounds import bound_findings, bound_ledger
+from gpuledger.core.fleet_shard import Shard
+from gpuledger.core.fleet_trust import NomadNodes, suspicions
 from gpuledger.core.history import held_below
 from gpuledger.model import Code, Finding, GpuState, Ledger, Level, Since, SourceName, SourceStatus
 from gpuledger.model.fleet_values import (
@@ -45,38 +47,6 @@ from gpuledger.policy.rules import Policy
 
 READY, DOWN = "ready", "down"
 _STATE_ORDER = {state: n for n, state in enumerate(GpuState)}
-
-
-# --------------------------------------------------------------------------- sharding
-
-
-def shard_of(key: str, count: int) -> int:
-    """Which of ``count`` shards ``key`` falls in: the first 8 bytes of its SHA-256, big-endian,
-    modulo ``count`` (the same on every machine and Python, unlike ``hash``)."""
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % count
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Shard ``index`` of ``count`` (``--shard K/N``, K from 0 as ``NOMAD_ALLOC_INDEX``)."""
-
-    index: int
-    count: int
-
-    @classmethod
-    def parse(cls, text: str) -> Shard:
-        """``K/N`` with ``0 <= K < N``; ``ValueError`` says what is wrong."""
-        k, sep, n = text.partition("/")
-        if not sep or not k.strip().isdigit() or not n.strip().isdigit():
-            raise ValueError(f"{text!r} is not K/N, e.g. 0/3 (shard K of N, counting from 0)")
-        shard = cls(int(k), int(n))
-        if shard.count < 1 or shard.index >= shard.count:
-            raise ValueError(f"{text!r}: K must be at least 0 and below N (N at least 1)")
-        return shard
-
-    def keeps(self, key: str) -> bool:
-        """Whether the node whose Nomad node id (or, lacking one, URL) is ``key`` is ours."""
-        return self.count == 1 or shard_of(key, self.count) == self.index
 
 
 # --------------------------------------------------------------------------- one node
@@ -184,6 +154,7 @@ def judge_ledger(
         findings=findings,
         unhealthy=faults.unhealthy if whole else None,
         unscheduled=faults.unscheduled,
+        uuids=frozenset(unit.uuid for unit in ledger.units()),
     )
     return Judgement(summary, _recheck(ledger, policy, since, now), held)
 
@@ -270,9 +241,17 @@ class _Row:
         return {GpuState.UNKNOWN: known} if known else {}
 
     def findings(self) -> tuple[Finding, ...]:
+        """The row's findings, each stamped with the row's node — Nomad's name and id for it
+        where discovery and Nomad vouch, never the name a ledger gives itself: a node speaks
+        only for itself."""
         own = self.read.summary.findings if self.read and self.read.summary else ()
         trusted = self.status is NodeStatus.OK and self.counted
-        return (*self.flags, *own) if trusted else tuple(self.flags)
+        found = (*self.flags, *own) if trusted else self.flags
+        name, node_id = self.name, self.node_id
+        return tuple(
+            f if f.node == name and f.node_id == node_id else replace(f, node=name, node_id=node_id)
+            for f in found
+        )
 
     def node(self) -> FleetNode:
         findings = self.findings()
@@ -403,6 +382,7 @@ class _Reconcile:
             listed = _devices(read)
             if listed <= cluster.gpus:
                 row.status = NodeStatus.OK  # Nomad's name for it stands, not the ledger's
+                row.flags.extend(self.suspect(row, cluster, read))
                 return row
             read = replace(
                 read,
@@ -428,6 +408,18 @@ class _Reconcile:
             row.flags.extend(self.missing(cluster, read))
         return row
 
+    @cached_property
+    def nomad_nodes(self) -> NomadNodes:
+        """Nomad's nodes by name and by device, for what a ledger claims of them."""
+        return NomadNodes.of(self.known.values())
+
+    def suspect(self, row: _Row, cluster: ClusterNode, read: ControllerRead) -> Iterator[Finding]:
+        """The ``source-unavailable`` findings that make a matched node's ledger suspect
+        (``core/fleet_trust.py``): its own acts are held; its findings stay its own."""
+        if read.summary is not None:
+            for kind, why in suspicions(cluster, read.summary, self.nomad_nodes):
+                yield from self.unavailable(row, read, why, kind)
+
     def missing(
         self, cluster: ClusterNode, read: ControllerRead | None, why: str = ""
     ) -> Iterator[Finding]:
@@ -451,12 +443,14 @@ class _Reconcile:
         if found:
             yield found
 
-    def unavailable(self, row: _Row, read: ControllerRead, why: str = "") -> Iterator[Finding]:
+    def unavailable(
+        self, row: _Row, read: ControllerRead, why: str = "", kind: str = "controller"
+    ) -> Iterator[Finding]:
         found = _finding(
             self.policy,
             Code.SOURCE_UNAVAILABLE,
             row.name,
-            f"controller:{read.url}",
+            f"{kind}:{read.url}",
             f"the gpuledger controller at {read.url} {why or read.error}",
             {"source": SourceName.CONTROLLER.value, "url": read.url, "nomadNodeId": row.node_id},
         )
