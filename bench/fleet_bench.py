@@ -91,6 +91,7 @@ def fleet_side(mode: str, targets_file: str, nomad_url: str) -> None:
     from gpuledger.commands import fleet  # noqa: PLC0415
     from gpuledger.controller.clock import SystemClock  # noqa: PLC0415
     from gpuledger.controller.fleet_loop import FleetController  # noqa: PLC0415
+    from gpuledger.model.fleet_values import Target  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415
 
     targets = Path(targets_file).read_text().split()
@@ -98,7 +99,7 @@ def fleet_side(mode: str, targets_file: str, nomad_url: str) -> None:
 
     def controller(urls: list[str]) -> Any:
         settings = NomadSettings(addr=nomad_url, timeout=60)
-        options = fleet.FleetOptions(fleet.Discover(targets=tuple(urls)), settings)
+        options = fleet.FleetOptions(fleet.Discover(targets=tuple(map(Target, urls))), settings)
         if mode == "polling":
             config = fleet.fleet_config(options)
         else:

@@ -107,10 +107,11 @@ def measure(targets: list[str], nomad_url: str | None, out: Any) -> None:
     from gpuledger.commands.fleet import Discover, FleetOptions, fleet_config  # noqa: PLC0415
     from gpuledger.controller.fleet_loop import FleetController  # noqa: PLC0415
     from gpuledger.model.contract import fleet_doc  # noqa: PLC0415
+    from gpuledger.model.fleet_values import Target  # noqa: PLC0415
     from gpuledger.policy.load import default_policy  # noqa: PLC0415
     from gpuledger.views.fleet_metrics import render  # noqa: PLC0415
 
-    options = FleetOptions(Discover(targets=tuple(targets)),
+    options = FleetOptions(Discover(targets=tuple(Target(t) for t in targets)),
                            NomadSettings(addr=nomad_url or "http://127.0.0.1:1", timeout=30),
                            nomad_nodes=nomad_url is not None, timeout=120)  # fmt: skip
     controller = FleetController(fleet_config(options), default_policy(), interval=None)

@@ -338,11 +338,12 @@ def add_discovery(p: argparse.ArgumentParser) -> None:
     one = d.add_mutually_exclusive_group(required=True)
     one.add_argument(
         "--targets",
-        metavar="URL[,URL...]",
-        help="node controllers' base URLs (<URL>/ledger is read)",
+        metavar="URL[=NODE_ID][,...]",
+        help="node controllers' base URLs (<URL>/ledger is read), each optionally bound to the "
+        "Nomad node it runs on (=NODE_ID; --act apply needs it)",
     )
     one.add_argument(
-        "--targets-file", type=Path, metavar="FILE", help="the same, one URL a line (# comments)"
+        "--targets-file", type=Path, metavar="FILE", help="the same, one a line (# comments)"
     )
     one.add_argument(
         "--consul",

@@ -42,6 +42,8 @@ from gpuledger.collectors.client_tls import (
 )
 from gpuledger.errors import ConfigError
 from gpuledger.model.contract import INTERVAL_HEADER, TICK_HEADER
+from gpuledger.model.fleet_values import Target
+from gpuledger.model.text import excerpt
 
 NODE_TLS = TlsNames("node controller", "node")
 MAX_BODY = 32 * 1024 * 1024
@@ -92,8 +94,30 @@ def check_target(url: str, where: str) -> str:
     return text.rstrip("/")
 
 
-def read_targets_file(path: Path) -> list[str]:
-    """The URLs of a targets file: one a line, ``#`` comments and blank lines ignored."""
+_NODE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+BINDING = "URL=NODE_ID"
+"""How a target is bound to the Nomad node it runs on (``--targets``, ``--targets-file``)."""
+
+
+def bound_target(text: str, where: str) -> Target:
+    """A target as given: a node controller's URL, optionally bound to the Nomad node it runs
+    on (``http://gpu-1:9877=5c2a…``: the operator vouches for it, as a service registration's
+    ``NodeID`` does); ``ConfigError`` names ``where`` it came from when it cannot be one."""
+    url, sep, node_id = text.strip().rpartition("=")
+    if not sep or "?" in url or "#" in url:  # no binding; a query is refused as one
+        return Target(check_target(text, where))
+    node_id = node_id.strip()
+    if not _NODE_ID.fullmatch(node_id):
+        raise ConfigError(
+            f"{where}: {excerpt(node_id)} is no Nomad node id: bind a target as {BINDING}, "
+            "with the node's full id (nomad node status -verbose)"
+        )
+    return Target(check_target(url, where), node_id=node_id)
+
+
+def read_targets_file(path: Path) -> list[Target]:
+    """The targets of a targets file: one a line (a URL, optionally ``=NODE_ID``), ``#``
+    comments and blank lines ignored."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
@@ -103,7 +127,7 @@ def read_targets_file(path: Path) -> list[str]:
     for number, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip()
         if text:
-            urls.append(check_target(text, f"--targets-file {path}:{number}"))
+            urls.append(bound_target(text, f"--targets-file {path}:{number}"))
     if not urls:
         raise ConfigError(f"--targets-file {path}: names no target (one URL a line)")
     return urls

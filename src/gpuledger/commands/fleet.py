@@ -31,7 +31,7 @@ from gpuledger.collectors.consul import (
     consul_settings_from_env,
     with_flags,
 )
-from gpuledger.collectors.ledgers import LedgerReader, check_target, read_targets_file
+from gpuledger.collectors.ledgers import LedgerReader, bound_target, read_targets_file
 from gpuledger.collectors.nomad import NomadSettings
 from gpuledger.collectors.nomad_cluster import NomadCluster
 from gpuledger.commands.logs import configure_logging
@@ -47,7 +47,7 @@ from gpuledger.commands.options import (
 from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
 from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings
-from gpuledger.core.fleet_join import Shard
+from gpuledger.core.fleet_shard import Shard
 from gpuledger.errors import ConfigError, ExitCode
 from gpuledger.model import Level, SourceName
 from gpuledger.model.contract import fleet_doc, fleet_findings_doc
@@ -62,8 +62,9 @@ from gpuledger.web.server import bind
 class Discover:
     """Exactly one way to find the controllers."""
 
-    targets: tuple[str, ...] = ()
-    """Base URLs (``--targets``, ``--targets-file``), already checked."""
+    targets: tuple[Target, ...] = ()
+    """Base URLs (``--targets``, ``--targets-file``), already checked, each with the Nomad node
+    it is bound to, if it is."""
     consul: ConsulSettings | None = None
     consul_service: str = "gpuledger"
     nomad_service: str | None = None
@@ -162,7 +163,7 @@ def fleet_config(options: FleetOptions) -> FleetConfig:
             lambda: cluster.service(name, namespace, scheme),
         )
     else:
-        targets = tuple(Target(url) for url in d.targets)
+        targets = d.targets
         discovery = DiscoverySource(SourceName.TARGETS, "--targets", lambda: targets)
     return FleetConfig(
         discovery=discovery,
@@ -336,7 +337,7 @@ def fleet_options(flags: FleetFlags) -> FleetOptions:
     )
 
 
-def _targets(flags: DiscoveryFlags) -> tuple[str, ...]:
+def _targets(flags: DiscoveryFlags) -> tuple[Target, ...]:
     if flags.targets_file is not None:
         return tuple(read_targets_file(flags.targets_file))
     if flags.targets is None:
@@ -344,7 +345,7 @@ def _targets(flags: DiscoveryFlags) -> tuple[str, ...]:
     urls = [u for u in flags.targets.split(",") if u.strip()]
     if not urls:
         raise ConfigError("--targets names no URL")
-    return tuple(check_target(url, "--targets") for url in urls)
+    return tuple(bound_target(url, "--targets") for url in urls)
 
 
 def _consul_settings(flags: ConsulFlags, timeout: timedelta) -> ConsulSettings | None:

@@ -21,7 +21,7 @@ from typing import TextIO
 from gpuledger.actuators.act_client import NomadActs
 from gpuledger.actuators.actor_lock import LOCK_RANGE, ActorLock
 from gpuledger.actuators.audit_log import AuditLog, AuditVariables, read_audit_file
-from gpuledger.collectors.ledgers import LedgerReader
+from gpuledger.collectors.ledgers import BINDING, LedgerReader
 from gpuledger.commands.fleet import FleetOptions, fleet_config, quiet_logging
 from gpuledger.commands.options import ActFlags
 from gpuledger.controller.actor import ActConfig, Actor, LockKeeper
@@ -30,6 +30,7 @@ from gpuledger.controller.fleet_loop import FleetController
 from gpuledger.errors import ExitCode, UsageError
 from gpuledger.model.action_docs import audit_doc, planned_doc
 from gpuledger.model.actions import ActingStatus, ActMode
+from gpuledger.model.fleet_values import Target
 from gpuledger.policy.actions_load import action_problems
 from gpuledger.policy.rules import Policy
 
@@ -48,6 +49,21 @@ def act_mode(flags: ActFlags, policy: Policy) -> ActMode:
     if flags.mode is not None:
         return ActMode(flags.mode)
     return ActMode.PLAN if policy.actions else ActMode.OFF
+
+
+def _refuse_unbound(targets: tuple[Target, ...]) -> None:
+    """``--act apply`` acts on a node only on its own controller's word: a static target must
+    say which Nomad node it is (nothing else vouches for it)."""
+    unbound = [t.url for t in targets if t.node_id is None]
+    if unbound:
+        more = f" (and {len(unbound) - 1} more)" if len(unbound) > 1 else ""
+        raise UsageError(
+            f"--act apply with --targets: target {unbound[0]}{more} is bound to no Nomad node, "
+            "and nothing else vouches for which node it speaks for; bind each target as "
+            f"{BINDING} (--targets http://gpu-1:9877=<node id>, or one a line in "
+            "--targets-file; the id from 'nomad node status -verbose'), or find the controllers "
+            "through Nomad's services (--nomad-service) or Consul (--consul)"
+        )
 
 
 def make_actor(
@@ -78,6 +94,8 @@ def make_actor(
     if mode is ActMode.APPLY and not nomad_on:
         raise UsageError("--act apply with --no-nomad: every act goes through Nomad's API; "
                          "drop --no-nomad, or use --act plan")  # fmt: skip
+    if mode is ActMode.APPLY:
+        _refuse_unbound(options.discover.targets)
     audit = AuditLog(flags.audit_file)
     acts = NomadActs(options.nomad) if nomad_on else None
     if acts is not None and flags.audit_variables and mode is ActMode.APPLY:
