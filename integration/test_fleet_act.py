@@ -111,7 +111,7 @@ def act_world(tmp_path: Path) -> Iterator[World]:
                 "default", "notebook-kept", meta={KEEP_UNTIL: "2099-01-01T00:00:00Z"}
             )
             targets = tmp_path / "targets"
-            targets.write_text("\n".join(sim.targets()) + "\n")
+            targets.write_text("\n".join(sim.bound_targets()) + "\n")
             yield World(sim, nomad, tmp_path, targets)
 
 

@@ -160,8 +160,8 @@ def _nomad_devices(node: SimNode) -> list[dict[str, Any]]:
 
 def _finding(node: SimNode, gpu: SimGpu, code: str, level: str, message: str,
              subject: dict[str, Any], since: float) -> dict[str, Any]:  # fmt: skip
-    return {"code": code, "level": level, "gpu": gpu.uuid, "node": node.name, "message": message,
-            "subject": subject, "since": iso(since)}  # fmt: skip
+    return {"code": code, "level": level, "gpu": gpu.uuid, "node": node.says or node.name,
+            "message": message, "subject": subject, "since": iso(since)}  # fmt: skip
 
 
 _TENANT_FINDINGS = {
@@ -170,10 +170,10 @@ _TENANT_FINDINGS = {
 }
 
 
-def _findings(node: SimNode, at: float) -> list[dict[str, Any]]:
+def _findings(node: SimNode, at: float, gpus: list[SimGpu]) -> list[dict[str, Any]]:
     """The node's own findings (its own policy's; the fleet judges again with its own)."""
     found = []
-    for gpu in node.gpus:
+    for gpu in gpus:
         kind = _TENANT_FINDINGS.get(gpu.tenant or "")
         if kind is not None:
             t = _tenant(node, gpu)
@@ -207,13 +207,14 @@ def ledger_doc(node: SimNode, at: float) -> dict[str, Any]:
     sources = {name: {"ok": True, "error": None, "enabled": True} for name in names}
     node_id = sim_uuid(node.node_id, "unknown") if node.fault == "unknown-id" else node.node_id
     node_id = node.claims or node_id
+    listed = list({g.index: g for g in [*node.gpus, *node.forged]}.values())
     doc: dict[str, Any] = {
         "schema": 1,
-        "node": {"name": node.name, "nomadNodeId": node_id, "version": SIM_VERSION},
+        "node": {"name": node.says or node.name, "nomadNodeId": node_id, "version": SIM_VERSION},
         "at": iso(at),
         "sources": sources,
-        "gpus": [_gpu_doc(node, g) for g in node.gpus],
-        "findings": _findings(node, at),
+        "gpus": [_gpu_doc(node, g) for g in listed],
+        "findings": _findings(node, at, listed),
         "lostGpus": [],
         "xids": [],
         "nomadDevices": _nomad_devices(node),

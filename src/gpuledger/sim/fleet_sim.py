@@ -32,7 +32,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from aiohttp import web
@@ -114,6 +114,12 @@ class SimNode:
     claims: str | None = None
     """The Nomad node id its ledger claims instead of its own (a forged ledger); ``None``: its
     own."""
+    says: str | None = None
+    """The node name its ledger gives instead of its own (a forged ledger); ``None``: its own."""
+    forged: list[SimGpu] = field(default_factory=list)
+    """GPUs its ledger lists that Nomad never placed on it (a forged ledger), each in place of
+    its own card of the same index: another node's card, or an allocation Nomad runs elsewhere
+    (``SimGpu.alloc``)."""
     eligibility: str = "eligible"
     """Its ``SchedulingEligibility`` in Nomad (``ineligible``: no new placement there)."""
     modify_index: int = 12
@@ -243,6 +249,11 @@ class FleetSim:
     def targets(self) -> list[str]:
         """The base URLs of every node that runs a controller (dead ones included)."""
         return [self.url(n) for n in self.nodes.values() if n.controller]
+
+    def bound_targets(self) -> list[str]:
+        """The same, each bound to the Nomad node it runs on (``URL=NODE_ID``), as an operator
+        lists them for ``fleet serve --act apply``."""
+        return [f"{self.url(n)}={n.node_id}" for n in self.nodes.values() if n.controller]
 
     def tick_of(self, node: SimNode) -> float:
         """When the node's controller last ticked (long ago for a stale one)."""
