@@ -17,11 +17,14 @@ from gpuledger.collectors.kernel_log import (
     pci_key,
 )
 
-LINES = (
-    (Path(__file__).parents[1] / "fixtures" / "nvidia" / "kernel-log" / "xid-lines.txt")
+LINES = [
+    # The kernel's message of each line: without the dmesg stamp or journal prefix it was
+    # quoted with (an Xid is the driver's only when its line begins the message).
+    line[line.index("NVRM: ") :]
+    for line in (Path(__file__).parents[1] / "fixtures" / "nvidia" / "kernel-log" / "xid-lines.txt")
     .read_text()
     .splitlines()
-)
+]
 
 
 EXPECTED = [
@@ -113,7 +116,7 @@ def test_what_is_no_pci_address_has_no_key(text: str) -> None:
 def test_a_kmsg_record_gives_level_sequence_time_and_message() -> None:
     # Documentation/ABI/testing/dev-kmsg: "<prefix>,<seq>,<usec>,<flags>;<message>\n" and
     # continuation lines starting with a space. Prefix 4 is facility 0 (kernel), level 4.
-    message = LINES[0].split("] ", 1)[1]
+    message = LINES[0]
     text = f"4,1839,219470994,-;{message}\n SUBSYSTEM=pci\n DEVICE=+pci:0000:07:00.0\n"
     record = parse_kmsg_record(text)
     assert record == KmsgRecord(4, 0, 1839, 219_470_994, message)

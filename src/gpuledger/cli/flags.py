@@ -291,7 +291,16 @@ def _add_gpu_and_proc(g: Flags) -> None:
         metavar="PATH",
         help="where the driver's Xid errors are read when NVML's event API does not hand them "
         "over: /dev/kmsg (the default, when it exists; it needs CAP_SYSLOG where "
-        "kernel.dmesg_restrict=1), a file of its records, or off",
+        "kernel.dmesg_restrict=1), a file of its records, a syslog or kern.log file, journal "
+        "(the systemd journal, through journalctl), or off",
+    )
+    g.add_argument(
+        "--kernel-log-format",
+        choices=("auto", "kmsg", "journal", "text"),
+        default="auto",
+        help="how --kernel-log is read: kmsg (/dev/kmsg or a file of its records), journal "
+        "(journalctl -k; with a path, a journal directory), text (syslog, kern.log, dmesg -T: "
+        "never trusted as the kernel's word), or auto (by what the path is; the default)",
     )
     g.add_argument(
         "--timeout",
@@ -325,6 +334,7 @@ def node_sources_of(args: argparse.Namespace) -> NodeSources:
         history=args.history,
         node_name=args.node_name,
         kernel_log=args.kernel_log,
+        kernel_log_format=args.kernel_log_format,
         owner_meta=args.owner_meta,
     )
 

@@ -9,8 +9,15 @@ over the clients, the clients over TLS. Its modules:
   instance only where the driver's outputs prove it (both backends use it);
 - ``nvidia_codes``: NVML's return codes and what each means to the operator (both backends);
 - ``kernel_log``: the kernel log's Xid lines, ``/dev/kmsg`` records and PCI bus ids, parsed;
-- ``kernel_log_reader``: ``/dev/kmsg`` (or a file of its records) followed for the driver's Xid
-  errors, each dated by its record, kept for a window (``KernelLog``);
+- ``kernel_log_text``: a kernel log kept as text (syslog, ``kern.log``, ``dmesg -T``), each
+  line read into its date and the kernel's message (pure);
+- ``kernel_log_window``: the Xids a kernel-log reader keeps, a window and a number per GPU;
+- ``kernel_log_reader``: ``/dev/kmsg``, a file of its records or a text log followed for the
+  driver's Xid errors from its end, each dated by its record, kept for a window (``KernelLog``);
+- ``kernel_log_journal``: the systemd journal's kernel entries through ``journalctl -k -o json``
+  (``KernelJournal``);
+- ``kernel_log_source``: which kernel-log reader ``--kernel-log-format`` names
+  (``open_kernel_log``);
 - ``nvml_events``: the critical Xid errors NVML's event API hands a waiting thread
   (``NvmlXidWatcher``), when the cards support it;
 - ``procfs``: each GPU process's owner and command line from ``/proc``;

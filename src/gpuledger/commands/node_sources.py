@@ -13,6 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from gpuledger.collectors.kernel_log_journal import JOURNAL
+from gpuledger.collectors.kernel_log_source import FORMATS, KernelLogFormat
 from gpuledger.collectors.nomad import NomadSettings, ReadMode, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.commands.options import NodeSources, NomadFlags
@@ -38,16 +40,20 @@ def source_config(sources: NodeSources) -> SourceConfig:
         nomad=nomad_settings(sources.nomad, sources.timeout),
         timeout=sources.timeout.total_seconds(),
         nomad_mode=ReadMode(owner_keys=sources.owner_meta),
-        kernel_log=_kernel_log(sources.kernel_log),
+        kernel_log=_kernel_log(sources.kernel_log, sources.kernel_log_format),
+        kernel_log_format=_kernel_log_format(sources.kernel_log_format),
     )
 
 
 _KMSG = Path("/dev/kmsg")
 
 
-def _kernel_log(value: str | None) -> Path | None:
-    """``--kernel-log``: off, the path given (read, and reported when it cannot be), or
-    ``/dev/kmsg`` when it exists (a machine or container without it has no kernel log)."""
+def _kernel_log(value: str | None, form: str) -> Path | None:
+    """``--kernel-log``: off, the path given (read, and reported when it cannot be), the
+    journal with ``--kernel-log-format journal``, or ``/dev/kmsg`` when it exists (a machine or
+    container without it has no kernel log)."""
+    if value is None and form == "journal":
+        return Path(JOURNAL)
     if value is None:
         return _KMSG if _KMSG.exists() else None
     if value == "off":
@@ -55,6 +61,13 @@ def _kernel_log(value: str | None) -> Path | None:
     if not value.strip() or "\0" in value:
         raise UsageError(f"--kernel-log {value!r}: give a path, or off")
     return Path(value)
+
+
+def _kernel_log_format(value: str) -> KernelLogFormat:
+    for form in FORMATS:
+        if value == form:
+            return form
+    raise UsageError(f"--kernel-log-format {value!r}: give one of {', '.join(FORMATS)}")
 
 
 def policy_file(path: Path | None) -> Policy:

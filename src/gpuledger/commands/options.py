@@ -97,7 +97,10 @@ class NodeSources:
     history: Path | None = None
     node_name: str = ""
     kernel_log: str | None = None
-    """``--kernel-log``: a path, ``off``, or ``None`` (``/dev/kmsg`` when it exists)."""
+    """``--kernel-log``: a path, ``journal``, ``off``, or ``None`` (``/dev/kmsg`` when it
+    exists)."""
+    kernel_log_format: str = "auto"
+    """``--kernel-log-format``: ``auto``, ``kmsg``, ``journal`` or ``text``."""
     owner_meta: tuple[str, ...] = DEFAULT_OWNER_KEYS
     """``--owner-meta``: the meta keys that tell a job's owner."""
 

@@ -20,7 +20,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from gpuledger.collectors.kernel_log_reader import KernelLog
+from gpuledger.collectors.kernel_log_source import (
+    KernelLogFormat,
+    KernelLogReader,
+    open_kernel_log,
+)
 from gpuledger.collectors.nomad import NomadReader, ReadMode
 from gpuledger.collectors.nomad_transport import NomadSettings, RequestCounts
 from gpuledger.collectors.nvidia import Backend, open_backend
@@ -98,6 +102,8 @@ class SourceConfig:
     kernel_log: Path | None = None
     """Where the driver's Xid lines are read when NVML's event API does not hand them over
     (``--kernel-log``; ``None``: off)."""
+    kernel_log_format: KernelLogFormat = "auto"
+    """How it is read (``--kernel-log-format``)."""
 
 
 class Sources:
@@ -132,13 +138,15 @@ class Sources:
             watcher = NvmlXidWatcher(self.gpu.module, now=self.clock.now)
             if watcher.start():
                 self.xid_watch = watcher
-        self.kernel_log: KernelLog | None = None
+        self.kernel_log: KernelLogReader | None = None
         if self.xid_watch is None:
             self.kernel_log = self._open_kernel_log()
 
-    def _open_kernel_log(self) -> KernelLog | None:
-        path = self.config.kernel_log
-        return KernelLog(path, self.config.proc_root) if path is not None else None
+    def _open_kernel_log(self) -> KernelLogReader | None:
+        path, config = self.config.kernel_log, self.config
+        if path is None:
+            return None
+        return open_kernel_log(path, config.kernel_log_format, config.proc_root, config.timeout)
 
     def read(self, guard: Guard | None = None) -> tuple[Desired, Observed]:
         """Read every source once; ``guard`` wraps each read (the loop's retry policy)."""

@@ -158,6 +158,9 @@ def _xid_doc(e: XidEvent) -> dict[str, object]:
         "process": e.process,
         "detail": e.detail,
         "source": e.source,
+        "trusted": e.trusted,
+        "origin": e.origin,
+        "instance": e.instance,
     }
 
 

@@ -413,6 +413,10 @@ def _xid(doc: object, where: str) -> XidEvent:
         pid=_field(x, "pid", _OPT_INT, where),
         process=_field(x, "process", _OPT_STR, where),
         source=_field(x, "source", _OPT_STR, where) or "kernel-log",
+        # A ledger from before these keys read only /dev/kmsg's facility-0 records.
+        trusted=_field(x, "trusted", _OPT_BOOL, where) is not False,
+        origin=_field(x, "origin", _OPT_STR, where),
+        instance=_field(x, "instance", _OPT_STR, where),
     )
 
 
