@@ -38,8 +38,14 @@ def leaks(text: str) -> list[str]:
 
 
 def scan_report(report: pytest.TestReport) -> None:
-    """Fail ``report`` when what its test left captured shows a planted secret."""
-    found = {f"{what} in {title}" for title, text in report.sections for what in leaks(text)}
+    """Fail ``report`` when what its test left captured in its phase (setup, call, teardown)
+    shows a planted secret (each phase's report holds the sections of the phases before too)."""
+    found = {
+        f"{what} in {title}"
+        for title, text in report.sections
+        if title.endswith(report.when or "call")
+        for what in leaks(text)
+    }
     if found and report.outcome != "failed":
         report.outcome = "failed"
         report.longrepr = "a planted secret was shown: " + "; ".join(sorted(found))
