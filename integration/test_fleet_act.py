@@ -417,10 +417,14 @@ def _through(upstream: str, answer: tuple[int, dict[str, str], bytes]) -> type:
             elif self.path.startswith("/login"):
                 status, headers, data = 200, {"Content-Type": "text/html"}, LOGIN_PAGE
             else:
-                got = requests.request(self.command, upstream + self.path, data=body,
-                                       headers=dict(self.headers), timeout=30,
-                                       allow_redirects=False)  # fmt: skip
-                status, headers, data = got.status_code, dict(got.headers), got.content
+                try:
+                    got = requests.request(self.command, upstream + self.path, data=body,
+                                           headers=dict(self.headers), timeout=30,
+                                           allow_redirects=False)  # fmt: skip
+                except requests.RequestException:  # the fake Nomad stopped first
+                    status, headers, data = 502, {}, b""
+                else:
+                    status, headers, data = got.status_code, dict(got.headers), got.content
             self.send_response(status)
             for name, value in headers.items():
                 if name.lower() not in {"content-length", "transfer-encoding", "connection"}:
@@ -466,4 +470,5 @@ def test_an_act_answered_by_anything_but_nomads_answer_is_a_failure_tried_again(
     failed = [e for e in events if e["event"] == "act.failed"]
     assert all(e["answer"].startswith(said) or said in e["answer"] for e in failed)
     assert act_world.nomad.writes_to(SCALE) == []  # none of it reached Nomad
-    assert served.planned()["notebook"]["state"] == "held"
+    # Still planned, held after each try and due again at the sweep after: never done.
+    assert served.planned()["notebook"]["state"] in {"due", "held"}
