@@ -1,5 +1,7 @@
 """Integration tests: real Docker Engine, Podman, Prometheus, promtool, Chromium.
 
+Every test's captured output is scanned for the secrets the tests plant (``tests/secret_scan.py``).
+
 On a laptop without a component its tests skip with a message that says how to install it.
 Under ``GPULEDGER_REQUIRE_INTEGRATION=1`` (set by ``.ci/run``) a skip fails the run instead.
 """
@@ -15,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpuledger.sim.world import World, load_scenario
+from tests.secret_scan import scan_report
+from tests.secret_scan import shown as shown  # noqa: PLC0414 - the fixture, for every test
 
 REQUIRED = os.environ.get("GPULEDGER_REQUIRE_INTEGRATION") == "1"
 PYTHON = "/usr/bin/python3"  # the node's own Python, which runs the release (artifact.python)
@@ -74,9 +78,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
-    """Turn any skip of an integration test into a failure when integration is required."""
+    """Turn any skip of an integration test into a failure when integration is required, and
+    fail a test whose captured output shows a planted secret (``tests/secret_scan.py``)."""
     outcome = yield
     report = outcome.get_result()
+    scan_report(report)
     # An expected failure (xfail, with its reason: a dependency not merged yet) is no skip.
     xfail = hasattr(report, "wasxfail")
     if REQUIRED and report.skipped and not xfail and "/integration/" in str(item.path):

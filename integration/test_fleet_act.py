@@ -8,7 +8,9 @@ and locks ``sim/nomad_vars.py``). What issue 27's "Done when" asks, each shown h
 - the lock with two replicas and a failover within the TTL plus the lock delay, no act twice;
 - each Nomad refusal handled (403, a job changed since the plan, 500, a version without the
   index check);
-- the audit after a restart.
+- the audit after a restart;
+- (issue 36) an act answered by a proxy (a redirect, a login page) is a failure, tried again;
+  ``fleet serve`` logs neither a webhook's path, nor the Nomad token, nor a URL's password.
 
 The world: three nodes. gpu-act-1 holds the notebook (``default/notebook``, idle 30 h, its
 finding open 24 h: due) and a busy training task; gpu-act-2 a notebook its owner keeps
@@ -27,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,9 @@ from gpuledger.model.actions import KEEP_UNTIL
 from gpuledger.sim.fleet_payloads import alloc_id, sim_uuid
 from gpuledger.sim.fleet_sim import FleetSim, SimGpu, SimNode
 from gpuledger.sim.nomad_api import FakeNomad
+from tests.fakes.loopback import serving
+from tests.fakes.smtp_inbox import closed_port
+from tests.secret_scan import NOMAD_TOKEN, URL_PASSWORD, WEBHOOK_SECRET, Shown
 
 GPULEDGER = [sys.executable, "-m", "gpuledger"]
 REPO = Path(__file__).resolve().parent.parent
@@ -372,3 +378,97 @@ def test_the_actions_pages_examples_print_what_it_shows(act_world: World) -> Non
             pattern = ".*".join(re.escape(p) for p in re.split(r"…", line))
             assert any(re.fullmatch(pattern, p) for p in printed), f"{line!r} not in\n{run.stdout}"
     assert act_world.nomad.writes == []
+
+
+def test_fleet_serve_logs_neither_a_webhooks_path_nor_a_token_nor_a_password(
+    act_world: World, serve: Callable[..., Served], shown: Shown, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = closed_port()
+    policy = act_world.folder / "hook.yaml"
+    hook = f"http://127.0.0.1:{closed}/services/{WEBHOOK_SECRET}"
+    policy.write_text(POLICY.format(limit=1) + f"    webhook: {hook}\n")
+    act_world.nomad.required_token = NOMAD_TOKEN
+    monkeypatch.setenv("NOMAD_TOKEN", NOMAD_TOKEN)
+    addr = act_world.nomad.url.replace("http://", f"http://ops:{URL_PASSWORD}@")
+    log = act_world.folder / "secrets.log"
+    served = serve(["--act", "apply", "--targets-file", str(act_world.targets), "--nomad-addr",
+                    addr, "--policy", str(policy), "--timeout", "2s"], log)  # fmt: skip
+    until(lambda: act_world.nomad.writes_to(SCALE), why="the scale")
+    until(lambda: "actions.webhook_failed" in log.read_text(), why="a webhook failed")
+    shown.add("/fleet", json.dumps(served.fleet()))
+    assert served.stop() == 0
+    logged = shown.add("fleet serve's log", log.read_text())
+    assert "127.0.0.1" in logged  # the hook's host is what names it
+
+
+def _through(upstream: str, answer: tuple[int, dict[str, str], bytes]) -> type:
+    """A proxy in front of Nomad that answers every POST to a job's scale itself (an auth proxy
+    sending it to a login page, say) and passes every other request on."""
+
+    class Proxy(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet."""
+
+        def _pass(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            if self.command == "POST" and self.path.split("?")[0].endswith("/scale"):
+                status, headers, data = answer
+            elif self.path.startswith("/login"):
+                status, headers, data = 200, {"Content-Type": "text/html"}, LOGIN_PAGE
+            else:
+                try:
+                    got = requests.request(self.command, upstream + self.path, data=body,
+                                           headers=dict(self.headers), timeout=30,
+                                           allow_redirects=False)  # fmt: skip
+                except requests.RequestException:  # the fake Nomad stopped first
+                    status, headers, data = 502, {}, b""
+                else:
+                    status, headers, data = got.status_code, dict(got.headers), got.content
+            self.send_response(status)
+            for name, value in headers.items():
+                if name.lower() not in {"content-length", "transfer-encoding", "connection"}:
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _pass  # noqa: N815
+
+    return Proxy
+
+
+LOGIN_PAGE = b"<!doctype html><title>Sign in</title><form method=post action=/login></form>"
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ((302, {"Location": "/login?next=/v1/job/notebook/scale"}, b""), "302"),
+        ((200, {"Content-Type": "text/html"}, LOGIN_PAGE), "not Nomad's answer"),
+    ],
+    ids=["redirect", "login-page"],
+)
+def test_an_act_answered_by_anything_but_nomads_answer_is_a_failure_tried_again(
+    act_world: World,
+    serve: Callable[..., Served],
+    answer: tuple[int, dict[str, str], bytes],
+    said: str,
+) -> None:
+    audit = act_world.folder / "audit.jsonl"
+    with serving(_through(act_world.nomad.url, answer)) as proxy:
+        flags = [f if f != act_world.nomad.url else proxy for f in act_world.flags()]
+        served = serve(["--act", "apply", "--audit-file", str(audit), *flags],
+                       act_world.folder / "proxied.log")  # fmt: skip
+        why = until(lambda: said in served.planned().get("notebook", {}).get("why", ""),
+                    why=f"the plan saying {said!r}")  # fmt: skip
+        assert why
+        tries = until(lambda: audit.read_text().count('"act.failed"') >= 2, why="a second try")
+        assert tries
+    events = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert "act.done" not in [e["event"] for e in events]
+    failed = [e for e in events if e["event"] == "act.failed"]
+    assert all(e["answer"].startswith(said) or said in e["answer"] for e in failed)
+    assert act_world.nomad.writes_to(SCALE) == []  # none of it reached Nomad
+    # Still planned, held after each try and due again at the sweep after: never done.
+    assert served.planned()["notebook"]["state"] in {"due", "held"}

@@ -142,7 +142,8 @@ def test_the_split_pages_show_each_owner_s_jobs_and_notes(
 
 def _owner_map(tmp_path: Path) -> Path:
     path = tmp_path / "owners.yaml"
-    path.write_text("owners:\n  carol: carol@example.org\n")
+    # alice is not pinned: her jobs' owner_email (research only) is trusted from research
+    path.write_text("owners:\n  carol: carol@example.org\nowner_email_namespaces: [research]\n")
     return path
 
 

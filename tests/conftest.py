@@ -1,4 +1,5 @@
-"""Shared test helpers: the fixtures path, a fake nvidia-smi, and the simulated demo node."""
+"""Shared test helpers: the fixtures path, a fake nvidia-smi, the simulated demo node, and the
+scan for planted secrets (``tests/secret_scan.py``) over what every test left captured."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from hypothesis import HealthCheck, settings
 
 from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
 from gpuledger.sim.world import World, load_scenario
+from tests.secret_scan import scan_report
+from tests.secret_scan import shown as shown  # noqa: PLC0414 - the fixture, for every test
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -68,3 +71,10 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("default")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Fail a test whose captured output shows a planted secret."""
+    outcome = yield
+    scan_report(outcome.get_result())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from typing import ClassVar
 
 import pytest
 
@@ -17,6 +19,7 @@ from gpuledger.sim.fleet_payloads import alloc_id, sim_uuid
 from gpuledger.sim.fleet_sim import FleetSim, SimGpu, SimNode
 from gpuledger.sim.nomad_acls import Access
 from gpuledger.sim.nomad_api import FakeNomad
+from tests.fakes.loopback import serving
 
 NODE_ID = sim_uuid("acts", "node")
 CARD = "NVIDIA H100 80GB HBM3"
@@ -156,3 +159,69 @@ def test_node_ineligible_leaves_what_runs(world: tuple[FleetSim, FakeNomad, Noma
     assert alloc is not None and not alloc.stopping
     # Again: Nomad answers the same eligibility with no write, and no error.
     assert acts.set_ineligible(NODE_ID).result is Result.DONE
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "status", "body"),
+    [
+        ("/v1/job/:id/scale", 302, ""),  # an auth proxy sending the POST to its login page
+        ("/v1/job/:id/scale", 200, "<!doctype html><title>Sign in</title>"),  # the page itself
+        ("/v1/job/:id/scale", 200, '{"EvalID":"e1"}'),  # JSON, but not a scale's answer
+        ("/v1/allocation/:id/stop", 307, ""),
+        ("/v1/allocation/:id/stop", 200, '{"EvalID":"e1","Index":true}'),
+        (
+            "/v1/node/:id/eligibility",
+            200,
+            '{"EvalIDs":[1],"EvalCreateIndex":0,"NodeModifyIndex":0,"Index":3}',
+        ),
+        ("/v1/node/:id/eligibility", 204, ""),
+    ],
+)
+def test_an_act_is_done_only_on_nomads_answer_to_it(
+    world: tuple[FleetSim, FakeNomad, NomadActs], endpoint: str, status: int, body: str
+) -> None:
+    sim, fake, acts = world
+    fake.fail_writes(endpoint, 1, status, body)
+    act = {
+        "/v1/job/:id/scale": lambda: acts.scale("default", "notebook", "notebook", 0, 1, "idle"),
+        "/v1/allocation/:id/stop": lambda: acts.stop_allocation("default", _notebook(sim)),
+        "/v1/node/:id/eligibility": lambda: acts.set_ineligible(NODE_ID),
+    }[endpoint]
+    out = act()
+    assert (out.result, out.status) == (Result.FAILED, status)
+    assert "not Nomad's answer to " in out.answer
+    assert len(fake.writes_to(endpoint)) == 1  # a redirect is never followed
+    assert act().result is Result.DONE  # the same act, answered by Nomad: done
+
+
+class _LoginProxy(BaseHTTPRequestHandler):
+    """An auth proxy: every write is sent to its login page, which answers 200."""
+
+    seen: ClassVar[list[str]] = []
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+    def _answer(self) -> None:
+        self.seen.append(f"{self.command} {self.path.split('?')[0]}")
+        page = b"<!doctype html><title>Sign in</title>"
+        login = self.path.startswith("/login")
+        self.send_response(200 if login else 302)
+        if not login:
+            self.send_header("Location", "http://sso.example.org/login?next=/v1/var")
+        self.send_header("Content-Length", str(len(page) if login else 0))
+        self.end_headers()
+        self.wfile.write(page if login else b"")
+
+    do_GET = do_PUT = do_POST = _answer  # noqa: N815
+
+
+def test_a_variables_write_redirected_is_a_failure_never_followed() -> None:
+    _LoginProxy.seen.clear()
+    with serving(_LoginProxy) as url:
+        acts = NomadActs(NomadSettings(addr=url, timeout=2.0))
+        body = {"Namespace": "default", "Path": "nomad/jobs/x", "Items": {"a": "1"}}
+        out = acts.put("v1/var/nomad/jobs/x", body, {"cas": "0"}, "variables write")
+    assert (out.result, out.status) == (Result.FAILED, 302)
+    assert out.answer.startswith("302, a redirect to sso.example.org: not Nomad's answer")
+    assert _LoginProxy.seen == ["PUT /v1/var/nomad/jobs/x"]  # the login page never asked

@@ -21,7 +21,8 @@ from gpuledger.commands.report_mail import (
     send_mails,
 )
 from gpuledger.errors import ConfigError
-from gpuledger.model.report_values import OwnerBill, UseHours
+from gpuledger.model.addresses import OwnerMap
+from gpuledger.model.report_values import MetaAddress, OwnerBill, UseHours
 from tests.fakes.nomad_pki import make_pki
 from tests.fakes.smtp_inbox import closed_port, silent_listener, smtp_server
 
@@ -29,8 +30,12 @@ SENDER = "GPU ledger <gpuledger@example.org>"
 PASSWORD = "s3cret-Pa55word"  # noqa: S105 - the test's own, looked for in the output
 
 
-def _bill(owner: str, email: str | None = None) -> OwnerBill:
-    return OwnerBill(owner, UseHours((owner,), 1.0, 3.0), Decimal("4.00"), (), email)
+TRUSTING = OwnerMap(owner_email_namespaces=("ml",))
+
+
+def _bill(owner: str, email: str | None = None, namespace: str = "ml") -> OwnerBill:
+    emails = () if email is None else (MetaAddress(namespace, "train", email),)
+    return OwnerBill(owner, UseHours((owner,), 1.0, 3.0), Decimal("4.00"), (), emails)
 
 
 def _pages(*owners: str) -> dict[str, tuple[str, str]]:
@@ -51,6 +56,32 @@ def _plain(host: str, port: int, **changes: object) -> SmtpSettings:
 # --------------------------------------------------------------------------- the plan
 
 
+def test_an_owner_email_is_used_only_when_its_jobs_agree_and_one_runs_where_it_is_trusted() -> None:
+    def bill(owner: str, *named: tuple[str, str]) -> OwnerBill:
+        emails = tuple(MetaAddress(ns, f"job{i}", addr) for i, (ns, addr) in enumerate(named))
+        return OwnerBill(owner, UseHours((owner,), 1.0, 3.0), None, (), emails)
+
+    bills = [
+        bill("alice", ("ml", "alice@example.org"), ("sandbox", "mallory@evil.example")),
+        bill("bob", ("sandbox", "bob@example.org")),
+        bill("carol", ("ml", "carol@example.org"), ("sandbox", "carol@example.org")),
+        bill("dave", ("ml", "dave@localhost")),
+        bill("erin", ("ml", "e@example.org"), ("ml", "e@example.org"), ("ml", "x@example.org")),
+    ]
+    owners = ("alice", "bob", "carol", "dave", "erin")
+    plan = plan_mails(bills, _pages(*owners), TRUSTING, SENDER, "s")
+    assert [(m.owner, m.to) for m in plan.mails] == [("carol", "carol@example.org")]
+    why = {s.owner: s.why for s in plan.skipped}
+    assert why["alice"] == (
+        "its jobs name different owner_email addresses (ml/job0 names alice@example.org, "
+        "sandbox/job1 names mallory@evil.example): pin alice's address in the owner map's owners"
+    )
+    assert why["bob"].startswith("the owner_email of sandbox/job0 is not trusted")
+    assert why["dave"].startswith("the owner_email meta of ml/job0: 'dave@localhost' is not")
+    assert "ml/job0 and 1 more name e@example.org, ml/job2 names x@example.org" in why["erin"]
+    assert plan_mails(bills, _pages(*owners), OwnerMap(), SENDER, "s").mails == ()
+
+
 def test_the_owner_map_wins_over_the_meta_and_owners_without_address_are_skipped() -> None:
     bills = [
         _bill("alice", "alice.meta@example.org"),
@@ -62,7 +93,7 @@ def test_the_owner_map_wins_over_the_meta_and_owners_without_address_are_skipped
     plan = plan_mails(
         bills,
         _pages("alice", "bob", "carol", "mallory"),
-        {"alice": "alice@example.org"},
+        OwnerMap({"alice": "alice@example.org"}, TRUSTING.owner_email_namespaces),
         SENDER,
         "GPU-hours of {owner}",
     )
@@ -81,8 +112,8 @@ def test_the_owner_map_wins_over_the_meta_and_owners_without_address_are_skipped
 
 def test_a_sender_that_is_no_address_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="--mail-from: 'nobody' is not an e-mail address"):
-        plan_mails([], {}, {}, "nobody", "s")
-    assert plan_mails([], {}, {}, SENDER, "s") == MailPlan((), ())
+        plan_mails([], {}, OwnerMap(), "nobody", "s")
+    assert plan_mails([], {}, OwnerMap(), SENDER, "s") == MailPlan((), ())
 
 
 def test_the_message_has_both_parts_and_a_line_break_in_a_header_is_that_mails_error() -> None:

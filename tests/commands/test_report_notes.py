@@ -194,3 +194,65 @@ def test_a_server_nobody_answers_on_is_named_and_exits_1(
     assert code == 1
     assert f"127.0.0.1:{port}" in shown
     assert "Traceback" not in shown
+
+
+ALICE = {"owner": "alice", "model": H100, "use": "held", "node": "n"}
+
+
+def owned_by_alice(sandbox_email: str) -> Callable[[str], Answer]:
+    """alice's training job in ``research`` (its meta ``owner_email`` alice@example.org) and a
+    job anyone submitted in ``sandbox`` saying it is alice's (listed first: the first found)."""
+
+    def answer(query: str) -> Answer:
+        if query.startswith("sum by (namespace, nomad_job, use, node, instance, model, profile"):
+            sandbox = {**ALICE, "namespace": "sandbox", "nomad_job": "grab"}
+            if sandbox_email:
+                sandbox["owner_email"] = sandbox_email
+            train = {**ALICE, "namespace": "research", "nomad_job": "train",
+                     "owner_email": "alice@example.org"}  # fmt: skip
+            return 200, vector((sandbox, 3600.0), (train, 7200.0))
+        return 200, EMPTY
+
+    return answer
+
+
+def _send_to(tmp_path: Path, host: str, port: int, owner_map: str) -> list[str]:
+    owners = tmp_path / "owners.yaml"
+    owners.write_text(owner_map)
+    smtp = ["--smtp-host", host, "--smtp-port", str(port), "--smtp-tls", "none"]
+    return ["--mail", "--mail-send", "--mail-from", "gpu@example.org", "--owner-map",
+            str(owners), *smtp]  # fmt: skip
+
+
+def test_a_job_in_another_namespace_cannot_redirect_an_owners_mail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trusting = "owners:\n  bob: bob@example.org\nowner_email_namespaces: [research, sandbox]\n"
+    for owner_map in ("owners:\n  bob: bob@example.org\n", trusting):
+        with smtp_server() as smtp, fake_prometheus(owned_by_alice("mallory@evil.example")) as p:
+            code, out = run(p.url, *_send_to(tmp_path, smtp.host, smtp.port, owner_map))
+            received = [r.rcpt_tos for r in smtp.inbox.received]
+        assert received == [], out  # neither mallory nor, by a guess, alice
+        assert code == 0, capsys.readouterr().err
+        (said,) = [line for line in out.splitlines() if line.startswith("no mail to alice: ")]
+        assert "research/train names alice@example.org" in said, said
+        assert "sandbox/grab names mallory@evil.example" in said, said
+        assert "pin alice's address in the owner map" in said, said
+
+
+def test_owner_email_is_used_only_from_the_namespaces_the_owner_map_trusts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trusted = "owners: {}\nowner_email_namespaces: [res*]\n"
+    for owner_map, sent in (("owners: {}\n", []), (trusted, [["alice@example.org"]])):
+        with smtp_server() as smtp, fake_prometheus(owned_by_alice("")) as prom:
+            code, out = run(prom.url, *_send_to(tmp_path, smtp.host, smtp.port, owner_map))
+            received = [r.rcpt_tos for r in smtp.inbox.received]
+        assert (code, received) == (0, sent), out + capsys.readouterr().err
+        if not sent:
+            assert "owner_email of research/train is not trusted" in out, out
+    pinned = "owners:\n  alice: Alice <alice@lab.example.org>\n"
+    with smtp_server() as smtp, fake_prometheus(owned_by_alice("mallory@evil.example")) as prom:
+        code, out = run(prom.url, *_send_to(tmp_path, smtp.host, smtp.port, pinned))
+        received = [r.rcpt_tos for r in smtp.inbox.received]
+    assert (code, received) == (0, [["alice@lab.example.org"]]), out  # the map always wins

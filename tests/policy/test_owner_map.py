@@ -37,7 +37,8 @@ def test_owners_map_to_addresses_with_display_names_kept_and_quoted(tmp_path: Pa
             "  zoë: Zoë <zoe@example.org>\n",
         )
     )
-    assert dict(owners) == {
+    assert owners.owner_email_namespaces == ()  # trusting no job's owner_email by default
+    assert dict(owners.owners) == {
         "alice": "alice@example.org",
         "ml-team": "ML team <ml@lab.example.org>",
         "bob": '"Bob J. Smith" <bob.smith+gpu@example.org>',  # '.' is special in a phrase
@@ -87,7 +88,7 @@ def test_every_bad_address_is_reported_at_its_line_at_once(tmp_path: Path) -> No
 
 def test_the_file_shape_is_checked(tmp_path: Path) -> None:
     assert _problems(tmp_path, "alice: a@example.org\n") == [
-        "1:1: alice: unknown key 'alice'; allowed: owners",
+        "1:1: alice: unknown key 'alice'; allowed: owner_email_namespaces, owners",
         "1:1: owners: missing (the top level needs owners)",
     ]
     assert _problems(tmp_path, "owners: [a@example.org]\n") == [
@@ -98,6 +99,20 @@ def test_the_file_shape_is_checked(tmp_path: Path) -> None:
         "4:3: owners.a: duplicate key 'a': YAML would keep only the last one; keep one",
     ]
     assert _problems(tmp_path, "") == ["1:1: the owner map is empty: it needs 'owners'"]
+
+
+def test_the_namespaces_trusted_for_owner_email_are_namespace_globs(tmp_path: Path) -> None:
+    trusting = load_owner_map(
+        _write(tmp_path, "owners: {}\nowner_email_namespaces: [research, ml-*]\n")
+    )
+    assert [trusting.trusts(ns) for ns in ("research", "ml-vision", "ml", "sandbox")] == [
+        True, True, False, False]  # fmt: skip
+    assert _problems(tmp_path, "owners: {}\nowner_email_namespaces: [ml_team, '', 7]\n") == [
+        "2:26: owner_email_namespaces[0]: 'ml_team' cannot match any Nomad namespace: '_' is "
+        "not allowed (letters, digits and '-' only)",
+        "2:35: owner_email_namespaces[1]: '' should be non-empty",
+        "2:39: owner_email_namespaces[2]: 7 is not a string",
+    ]
     assert _problems(tmp_path, "owners: {a: [}\n")[0].startswith("1:")
 
 

@@ -13,6 +13,12 @@ version) and the three acts, each through Nomad's own endpoint and its own check
 A read that fails is a ``SourceError`` (the plan holds the act that needed it). An act answers
 an ``ActOutcome``: done, refused (a 4xx: the capability it lacks named, with the shipped policy
 file), changed (a 409: re-planned at the next sweep) or failed (5xx, transport: tried again).
+
+An act is done only when Nomad says so: a 2xx whose body is the answer Nomad's API gives that
+act (``ANSWERS``: ``structs.JobRegisterResponse``, ``AllocStopResponse``,
+``NodeEligibilityUpdateResponse``; a Variable for a ``PUT``). Anything else is a failure, tried
+again: a redirect (never followed, for a ``POST`` or a ``PUT``: an auth proxy in front of Nomad
+sends it to a login page), or a 2xx with another body (the login page itself).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import nomad.api.exceptions as nomad_errors
 import requests
@@ -51,6 +57,31 @@ class _Raw(Requester):  # type: ignore[misc]
 
     def _endpoint_builder(self, *args: str) -> str:
         return "/".join(a for a in args if a)
+
+
+Shape = Mapping[str, tuple[type, ...]]
+"""The fields an answer must have, each of one of its types (``int``: a non-negative index;
+``list``: of strings; ``type(None)``: null)."""
+ANSWERS: Mapping[str, Shape] = {
+    # structs.JobRegisterResponse: EvalID, EvalCreateIndex, JobModifyIndex, Warnings, QueryMeta.
+    "a scale": {
+        "EvalID": (str,),
+        "EvalCreateIndex": (int,),
+        "JobModifyIndex": (int,),
+        "Index": (int,),
+    },
+    # structs.AllocStopResponse: EvalID, WriteMeta.
+    "an allocation's stop": {"EvalID": (str,), "Index": (int,)},
+    # structs.NodeEligibilityUpdateResponse: NodeModifyIndex, EvalIDs, EvalCreateIndex, WriteMeta.
+    "an eligibility": {
+        "EvalIDs": (list, type(None)),
+        "EvalCreateIndex": (int,),
+        "NodeModifyIndex": (int,),
+        "Index": (int,),
+    },
+}
+"""What Nomad answers each act (hashicorp/nomad ``nomad/structs/structs.go``, ``api/``; the
+fields of ``QueryMeta``/``WriteMeta`` are flattened into the answer by Go's JSON encoder)."""
 
 
 class Result(str, enum.Enum):
@@ -171,6 +202,8 @@ class NomadActs(NomadApi):
     def __init__(self, settings: NomadSettings) -> None:
         """Prepare the session; ``ConfigError`` if a file the settings name cannot be read."""
         super().__init__(settings)
+        # python-nomad follows a PUT's redirects (requests' default): none is, for any method.
+        self._session.max_redirects = 0
         self._raw = self._requester(_Raw(**self._client.requester_settings))
 
     # ---------------------------------------------------------------- reads
@@ -241,24 +274,27 @@ class NomadActs(NomadApi):
             "PolicyOverride": False,
         }
         path = f"v1/job/{quote(job, safe='')}/scale"
-        return self._act(path, body, {"namespace": namespace}, "scale-job (or submit-job)")
+        params = {"namespace": namespace}
+        return self._act(path, body, params, "scale-job (or submit-job)", "a scale")
 
     def stop_allocation(self, namespace: str, alloc_id: str) -> ActOutcome:
         """Stop the allocation: Nomad reschedules it by its job's policy."""
         path = f"v1/allocation/{quote(alloc_id, safe='')}/stop"
-        return self._act(path, None, {"namespace": namespace}, "alloc-lifecycle")
+        params = {"namespace": namespace}
+        return self._act(path, None, params, "alloc-lifecycle", "an allocation's stop")
 
     def set_ineligible(self, node_id: str) -> ActOutcome:
         """Mark the node ineligible: no new placements; what runs keeps running."""
         path = f"v1/node/{quote(node_id, safe='')}/eligibility"
         body = {"NodeID": node_id, "Eligibility": "ineligible"}
-        return self._act(path, body, {}, 'node { policy = "write" }')
+        return self._act(path, body, {}, 'node { policy = "write" }', "an eligibility")
 
     def put(
         self, path: str, body: Mapping[str, Any], params: Mapping[str, str], capability: str
     ) -> ActOutcome:
-        """A ``PUT`` (Variables and their locks), answered as an act's ``ActOutcome``."""
-        return self._act(path, body, params, capability, method="put")
+        """A ``PUT`` (Variables and their locks), answered as an act's ``ActOutcome``: done
+        only with a Variable (or ``null``: nothing changed) for an answer."""
+        return self._act(path, body, params, capability, "a Variable's write", method="put")
 
     def _act(
         self,
@@ -266,6 +302,7 @@ class NomadActs(NomadApi):
         body: Mapping[str, Any] | None,
         params: Mapping[str, str],
         capability: str,
+        act: str,
         method: str = "post",
     ) -> ActOutcome:
         self._refresh_token()
@@ -273,13 +310,28 @@ class NomadActs(NomadApi):
             with self._quiet():
                 response = self._raw.request(path, method=method, params=dict(params), json=body)
         except nomad_errors.BaseNomadException as err:
-            return self._refusal(err.nomad_resp, capability)
+            return self._refusal(err.nomad_resp, capability, act)
         except CALL_ERRORS as err:
             return ActOutcome(Result.FAILED, None, self._redact(excerpt(text_of(str(err)), 160)))
-        content = response.content[:65536]
-        return ActOutcome(Result.DONE, response.status_code, _short(content), content)
+        return self._answered(response, act)
 
-    def _refusal(self, resp: object, capability: str) -> ActOutcome:
+    def _answered(self, response: requests.Response, act: str) -> ActOutcome:
+        """``DONE`` for a 2xx that is Nomad's answer to ``act``; else ``FAILED``, saying why."""
+        status, content = response.status_code, response.content[:65536]
+        if 300 <= status < 400:
+            why = (
+                f"{status}, a redirect{_to(response)}: not Nomad's answer to {act} (is a proxy in "
+                "front of Nomad? point --nomad-addr at Nomad's API); not followed, not done"
+            )
+            return ActOutcome(Result.FAILED, status, self._redact(why), content)
+        if not 200 <= status < 300 or not _is_answer(content, act):
+            why = f"{status} with what is not Nomad's answer to {act} ({_short(content)}): not done"
+            return ActOutcome(Result.FAILED, status, self._redact(why), content)
+        return ActOutcome(Result.DONE, status, _short(content), content)
+
+    def _refusal(self, resp: object, capability: str, act: str) -> ActOutcome:
+        if isinstance(resp, requests.TooManyRedirects) and resp.response is not None:
+            return self._answered(resp.response, act)  # a PUT's redirect, not followed
         if not isinstance(resp, requests.Response):
             why = excerpt(text_of(str(resp)), 160, quoted=False)
             return ActOutcome(Result.FAILED, None, self._redact(f"Nomad is unreachable ({why})"))
@@ -292,6 +344,37 @@ class NomadActs(NomadApi):
         if 400 <= status < 500:
             return ActOutcome(Result.REFUSED, status, self._redact(f"{status} {said}"))
         return ActOutcome(Result.FAILED, status, self._redact(f"{status} {said}"))
+
+
+def _is_answer(content: bytes, act: str) -> bool:
+    """Whether ``content`` is the JSON Nomad answers ``act`` with (``ANSWERS``); a Variable's
+    write answers the Variable, or ``null`` when nothing changed."""
+    try:
+        doc = json.loads(content)
+    except (ValueError, RecursionError):
+        return False
+    shape = ANSWERS.get(act)
+    if shape is None:
+        return doc is None or (isinstance(doc, Mapping) and isinstance(doc.get("Path"), str))
+    return isinstance(doc, Mapping) and all(
+        field in doc and _is_a(doc[field], types) for field, types in shape.items()
+    )
+
+
+def _is_a(value: object, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return int in types and value >= 0
+    if isinstance(value, list):
+        return list in types and all(isinstance(v, str) for v in value)
+    return isinstance(value, types)
+
+
+def _to(response: requests.Response) -> str:
+    """Where a redirect points, by its host only (its path and query may carry a token)."""
+    host = urlsplit(response.headers.get("Location", "")).hostname
+    return f" to {host}" if host else ""
 
 
 def _short(body: bytes) -> str:

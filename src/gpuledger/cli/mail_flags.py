@@ -50,7 +50,8 @@ def add_mail_flags(g: Flags) -> None:
         "--mail",
         action="store_true",
         help="plan a mail of each owner's page to its address (the --owner-map, else the job "
-        "meta owner_email) and print what would be sent: a dry run unless --mail-send",
+        "meta owner_email from the namespaces the map trusts) and print what would be sent: a "
+        "dry run unless --mail-send",
     )
     g.add_argument(
         "--mail-send", action="store_true", help="with --mail: send the mails, each once"
@@ -59,7 +60,8 @@ def add_mail_flags(g: Flags) -> None:
         "--owner-map",
         type=Path,
         metavar="FILE",
-        help="YAML: 'owners:' mapping each owner or team to one e-mail address",
+        help="YAML: 'owners:' mapping each owner or team to one e-mail address; "
+        "'owner_email_namespaces:' the namespaces whose owner_email meta is trusted (none)",
     )
     g.add_argument("--mail-from", metavar="ADDR", help="the mails' sender (needed by --mail)")
     g.add_argument("--smtp-host", metavar="HOST", help="the SMTP server (needed by --mail-send)")

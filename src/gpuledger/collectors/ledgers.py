@@ -44,6 +44,7 @@ from gpuledger.errors import ConfigError
 from gpuledger.model.contract import INTERVAL_HEADER, TICK_HEADER
 from gpuledger.model.fleet_values import Target
 from gpuledger.model.text import excerpt
+from gpuledger.model.redact import redact_url_passwords
 
 NODE_TLS = TlsNames("node controller", "node")
 MAX_BODY = 32 * 1024 * 1024
@@ -80,17 +81,18 @@ def check_target(url: str, where: str) -> str:
     slash; ``ConfigError`` names ``where`` it came from when it cannot be one."""
     text = url.strip()
     parts = urlsplit(text)
+    shown = redact_url_passwords(text)  # a usage error is printed, and often logged
     try:
         port_ok = parts.port is None or parts.port > 0
     except ValueError:
         port_ok = False
     if parts.scheme not in {"http", "https"} or not parts.hostname or not port_ok:
         raise ConfigError(
-            f"{where}: {text!r} is not a node controller's URL such as http://gpu-1:9877 "
+            f"{where}: {shown!r} is not a node controller's URL such as http://gpu-1:9877 "
             "(http or https, a host, an optional port and path prefix)"
         )
     if parts.query or parts.fragment or parts.username or parts.password:
-        raise ConfigError(f"{where}: {text!r}: a target carries no query, fragment or password")
+        raise ConfigError(f"{where}: {shown!r}: a target carries no query, fragment or password")
     return text.rstrip("/")
 
 
@@ -104,7 +106,8 @@ def bound_target(text: str, where: str) -> Target:
     on (``http://gpu-1:9877=5c2a…``: the operator vouches for it, as a service registration's
     ``NodeID`` does); ``ConfigError`` names ``where`` it came from when it cannot be one."""
     url, sep, node_id = text.strip().rpartition("=")
-    if not sep or "?" in url or "#" in url:  # no binding; a query is refused as one
+    if not sep or any(c in url for c in "?#") or any(c in node_id for c in "/@:"):
+        # No binding: the "=" is the URL's own (a query, a password), refused as such.
         return Target(check_target(text, where))
     node_id = node_id.strip()
     if not _NODE_ID.fullmatch(node_id):

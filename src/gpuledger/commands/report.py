@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -44,6 +43,7 @@ from gpuledger.core.report_queries import (
     state_query,
 )
 from gpuledger.errors import ConfigError, ExitCode, SourceError, SourceName, UsageError
+from gpuledger.model.addresses import OwnerMap
 from gpuledger.model.contract import iso_time, report_doc
 from gpuledger.model.prices import Prices
 from gpuledger.model.redact import redact_url_passwords
@@ -72,8 +72,9 @@ class ReportOptions:
     """``--notes``, ``--split``, ``--mail`` (with ``owner_key`` only)."""
     note_rules: NoteRules | None = None
     """The policy's notes (with ``--notes``), loaded before any query."""
-    owner_map: Mapping[str, str] = field(default_factory=dict)
-    """``--owner-map``'s addresses (with ``--mail``), loaded before any query."""
+    owner_map: OwnerMap = field(default_factory=OwnerMap)
+    """``--owner-map``'s addresses and trusted namespaces (with ``--mail``), loaded before any
+    query."""
 
 
 def check_html_target(path: Path) -> None:

@@ -1,8 +1,12 @@
 """Each owner's page by mail (``report --by owner --mail``): planned purely, sent once by SMTP.
 
-``plan_mails`` picks each owner's address (the owner map first, else the ``owner_email`` meta
-the bill carries, checked by the owner map's rule, since whoever submits a job writes it) and
-lists the owners it cannot write to, with why. ``build_message`` makes a
+``plan_mails`` picks each owner's address and lists the owners it cannot write to, with why.
+The owner map's address always wins. Else the ``owner_email`` meta the bill carries, which
+whoever submits a job writes (its ``owner`` too, in any namespace), is used only when every job
+of the owner that names an address names the same one, and at least one of them runs in a
+namespace the owner map trusts (``owner_email_namespaces``; none by default), and the address
+passes the owner map's rule; a conflict is never settled by order: that owner gets no mail, and
+the report says why. ``build_message`` makes a
 ``multipart/alternative`` message (the Markdown text, then the HTML page); a header that would
 hold a line break is that one mail's error, never a crash of the run.
 
@@ -33,7 +37,8 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from gpuledger.errors import ConfigError
-from gpuledger.model.report_values import OwnerBill
+from gpuledger.model.addresses import OwnerMap
+from gpuledger.model.report_values import MetaAddress, OwnerBill
 from gpuledger.model.text import excerpt
 from gpuledger.policy.owner_map import address, address_problem
 from gpuledger.views.table import printable
@@ -125,22 +130,47 @@ def check_sender(sender: str) -> str:
     return address(sender)
 
 
-def _recipient(bill: OwnerBill, owner_map: Mapping[str, str]) -> str | Skipped:
-    if bill.owner in owner_map:
-        return owner_map[bill.owner]
-    if bill.email is None or not bill.email.strip():
-        return Skipped(
-            bill.owner, "no address: add it to the owner map, or set the job meta owner_email"
+def _jobs(named: Sequence[MetaAddress]) -> str:
+    """``ns/job``, or ``ns/job and 3 more``: which jobs name an address."""
+    first = f"{named[0].namespace}/{named[0].job}"
+    return first if len(named) == 1 else f"{first} and {len(named) - 1} more"
+
+
+def _recipient(bill: OwnerBill, owner_map: OwnerMap) -> str | Skipped:
+    """The owner map's address; else the one address every job of the owner that names one
+    names, from a namespace the map trusts; else why none."""
+    owner = bill.owner
+    if owner in owner_map.owners:
+        return owner_map.owners[owner]
+    pin = f"pin {owner}'s address in the owner map's owners"
+    by_address: dict[str, list[MetaAddress]] = {}
+    for named in bill.emails:
+        by_address.setdefault(named.address.strip(), []).append(named)
+    if not by_address:
+        return Skipped(owner, f"no address: {pin}")
+    if len(by_address) > 1:
+        said = ", ".join(
+            f"{_jobs(jobs)} name{'s' if len(jobs) == 1 else ''} {excerpt(addr, 80, quoted=False)}"
+            for addr, jobs in by_address.items()
         )
-    if why := address_problem(bill.email):
-        return Skipped(bill.owner, f"the owner_email meta {why}")
-    return address(bill.email)
+        return Skipped(owner, f"its jobs name different owner_email addresses ({said}): {pin}")
+    ((addr, jobs),) = by_address.items()
+    if not any(owner_map.trusts(j.namespace) for j in jobs):
+        return Skipped(
+            owner,
+            f"the owner_email of {_jobs(jobs)} is not trusted: the owner map's "
+            f"owner_email_namespaces names none of its namespaces (anyone who can submit a job "
+            f"there may write it); {pin}, or trust a namespace only {owner}'s people submit to",
+        )
+    if why := address_problem(addr):
+        return Skipped(owner, f"the owner_email meta of {_jobs(jobs)}: {why}")
+    return address(addr)
 
 
 def plan_mails(
     bills: Sequence[OwnerBill],
     pages: Mapping[str, tuple[str, str]],
-    owner_map: Mapping[str, str],
+    owner_map: OwnerMap,
     sender: str,
     subject: str,
 ) -> MailPlan:

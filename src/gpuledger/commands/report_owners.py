@@ -20,6 +20,7 @@ from gpuledger.commands.options import MailRequest, OwnerOutputs
 from gpuledger.core.report_note_queries import job_measures, note_queries
 from gpuledger.core.report_notes import JobStats, notes_for
 from gpuledger.errors import ExitCode, SourceError, SourceName
+from gpuledger.model.addresses import OwnerMap
 from gpuledger.model.report_values import Bill, Report, Sample
 from gpuledger.policy.note_rules import NoteRules
 from gpuledger.views.owner_pages import render_owner_html, render_owner_markdown, write_split
@@ -86,11 +87,9 @@ def owner_pages(report: Report) -> dict[str, tuple[str, str]]:
     }
 
 
-def mail_pages(
-    report: Report, request: MailRequest, owner_map: Mapping[str, str], out: TextIO
-) -> ExitCode:
-    """A mail per owner (the owner map's address first, else the ``owner_email`` meta), sent
-    or, in a dry run, said; ``FAILED`` when a mail was not delivered."""
+def mail_pages(report: Report, request: MailRequest, owner_map: OwnerMap, out: TextIO) -> ExitCode:
+    """A mail per owner (the owner map's address first, else the ``owner_email`` meta where the
+    map trusts it), sent or, in a dry run, said; ``FAILED`` when a mail was not delivered."""
     from gpuledger.commands.report_mail import plan_mails, send_mails  # noqa: PLC0415
 
     bill: Bill | None = report.bill
@@ -103,17 +102,17 @@ def mail_pages(
     return ExitCode.OK if result.ok else ExitCode.FAILED
 
 
-def load_owner_map(request: MailRequest | None) -> Mapping[str, str]:
+def load_owner_map(request: MailRequest | None) -> OwnerMap:
     """``--owner-map``'s owners and addresses (``ConfigError`` naming its problem), or none."""
     if request is None or request.owner_map is None:
-        return {}
+        return OwnerMap()
     from gpuledger.policy.owner_map import load_owner_map as load  # noqa: PLC0415
 
     return load(request.owner_map)
 
 
 def owner_outputs(
-    report: Report, asked: OwnerOutputs, owner_map: Mapping[str, str], out: TextIO
+    report: Report, asked: OwnerOutputs, owner_map: OwnerMap, out: TextIO
 ) -> ExitCode:
     """``--split`` and ``--mail`` of a report whose notes (if asked) are in."""
     if asked.split is not None:

@@ -447,4 +447,4 @@ def _why_not(outcome: ActOutcome) -> str:
         return f"Nomad answered {outcome.answer}: the job changed since it was planned; re-planned"
     if outcome.result is Result.REFUSED:
         return f"Nomad refused it: {outcome.answer}"
-    return f"Nomad failed it ({outcome.answer}): tried again at a later sweep"
+    return f"not done, Nomad answered {outcome.answer}: tried again at a later sweep"

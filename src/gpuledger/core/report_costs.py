@@ -34,8 +34,15 @@ from gpuledger.core.report_queries import HOUR, USES, node_of, owner_of
 from gpuledger.errors import ConfigError
 from gpuledger.model.mig_slices import mig_share
 from gpuledger.model.prices import Prices
-from gpuledger.model.report_values import Bill, CostBy, JobBill, OwnerBill, Sample, UseHours
-from gpuledger.policy.owner_map import address_problem
+from gpuledger.model.report_values import (
+    Bill,
+    CostBy,
+    JobBill,
+    MetaAddress,
+    OwnerBill,
+    Sample,
+    UseHours,
+)
 
 RESERVED_STATES = ("held", "reserved-idle")
 LINES = ("unaccounted", "free", "unknown")
@@ -61,8 +68,9 @@ class _Tally:
     jobs: dict[JobKey, dict[Unit, dict[str, Fraction]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(Fraction)))
     )
-    emails: dict[str, str] = field(default_factory=dict)
-    """Each owner's address from a job's ``owner_email`` meta (the first sound one seen)."""
+    emails: dict[str, set[MetaAddress]] = field(default_factory=lambda: defaultdict(set))
+    """Each owner's addresses its jobs' ``owner_email`` meta names, with the job: every one,
+    so that none is picked by the order the answers came in."""
     mig_cards: dict[Unit, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
     """Seconds each (node, card model) spent in MIG mode: what its instances must add up to."""
 
@@ -95,8 +103,8 @@ def _tally(
             tally.jobs[job][unit][use] += Fraction(s.value)
             tally.charged[unit] += Fraction(s.value)
             email = s.labels.get("owner_email", "")
-            if email and job[0] not in tally.emails and address_problem(email) is None:
-                tally.emails[job[0]] = email
+            if email.strip():
+                tally.emails[job[0]].add(MetaAddress(job[1], job[2], email))
     return tally
 
 
@@ -202,8 +210,8 @@ def _owners(tally: _Tally, cents: Mapping[object, int] | None) -> tuple[OwnerBil
         idle = sum(j.hours.idle for j in jobs)
         cost = None if cents is None else sum((j.cost or Decimal(0) for j in jobs), Decimal(0))
         hours = UseHours((owner,), held, idle)
-        email = tally.emails.get(owner)
-        owners.append(OwnerBill(owner, hours, cost, tuple(jobs), email=email))
+        emails = tuple(sorted(tally.emails.get(owner, ())))
+        owners.append(OwnerBill(owner, hours, cost, tuple(jobs), emails=emails))
     owners.sort(key=lambda o: (-o.hours.idle, -o.hours.reserved, o.owner))
     return tuple(owners)
 

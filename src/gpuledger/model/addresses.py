@@ -7,13 +7,18 @@ break would be a header of its own), no comma or semicolon (several recipients),
 dot-separated labels of letters, digits and ``-`` (an internationalised domain in its ASCII
 ``xn--`` form: gpuledger sends no SMTPUTF8). The owner map (``policy/owner_map.py``) checks
 its addresses by it, and ``serve`` a job's ``owner_email`` meta before it labels a counter
-with it (``model/owners.py``).
+with it (``model/owners.py``). ``OwnerMap`` is that map read: the addresses it pins, and the
+namespaces whose jobs' ``owner_email`` it trusts.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from email.utils import parseaddr
+from types import MappingProxyType
 
 from gpuledger.model.text import excerpt
 
@@ -70,3 +75,16 @@ def address_problem(value: str) -> str | None:
     if parseaddr(value)[1] != split[1]:
         return f"{excerpt(value)}: Python's email package reads another address in it"
     return None
+
+
+@dataclass(frozen=True)
+class OwnerMap:
+    """The owner map read (``policy/owner_map.py``): each owner's address, and the namespaces
+    (globs) whose jobs' ``owner_email`` meta may say where an owner not in it is mailed."""
+
+    owners: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    owner_email_namespaces: tuple[str, ...] = ()
+
+    def trusts(self, namespace: str) -> bool:
+        """Whether a job of ``namespace`` may name its owner's address."""
+        return any(fnmatch.fnmatchcase(namespace, g) for g in self.owner_email_namespaces)

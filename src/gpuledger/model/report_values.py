@@ -86,6 +86,16 @@ class JobBill:
     """Plain-language notes (``report --notes``), in the policy's rule order."""
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class MetaAddress:
+    """An address a job's ``owner_email`` meta names, and the job: whoever may submit a job in
+    its namespace wrote it, so where it came from decides whether it is trusted."""
+
+    namespace: str
+    job: str
+    address: str
+
+
 @dataclass(frozen=True, slots=True)
 class OwnerBill:
     """One owner's (or team's) hours and cost, and its jobs, most idle first."""
@@ -95,8 +105,9 @@ class OwnerBill:
     """``key`` is (owner,)."""
     cost: Decimal | None
     jobs: tuple[JobBill, ...]
-    email: str | None = None
-    """Where a note to this owner goes (an owner map file or the ``owner_email`` meta)."""
+    emails: tuple[MetaAddress, ...] = ()
+    """Every address the ``owner_email`` meta of its jobs names, sorted (where a note goes
+    when the owner map trusts it: ``commands/report_mail.py``)."""
 
 
 @dataclass(frozen=True, slots=True)

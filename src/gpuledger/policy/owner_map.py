@@ -2,11 +2,14 @@
 
 The file is one mapping under ``owners`` (a top-level key, so that a typo such as ``onwers`` is
 an unknown key, not an owner nobody is), from the owner as the report names it (the value of
-its ``--owner-meta`` key, or the namespace) to one e-mail address::
+its ``--owner-meta`` key, or the namespace) to one e-mail address, and, optionally, the
+namespaces whose jobs' ``owner_email`` meta it trusts (``owner_email_namespaces``: globs;
+none by default, since anyone who can submit a job writes its ``owner`` and ``owner_email``)::
 
     owners:
       alice: alice@example.org
       ml-team: "ML team <ml@example.org>"
+    owner_email_namespaces: [research, ml-*]
 
 Every address is checked by ``address_problem`` (the ``owner_email`` meta of a job, which
 anyone who can submit a job writes, is checked by the same rule before a mail is planned):
@@ -28,11 +31,12 @@ from typing import Any
 
 from gpuledger.errors import ConfigError, YamlSyntaxError
 from gpuledger.located import Located, Problem, read_yaml, schema_problems
+from gpuledger.model.addresses import OwnerMap, split_address
 from gpuledger.model.addresses import (
     address_problem as address_problem,  # noqa: PLC0414 - the report's and the mail's check
 )
-from gpuledger.model.addresses import split_address
 from gpuledger.model.text import excerpt
+from gpuledger.policy.globs import NAMESPACE, why_unmatchable
 
 _ADDRESS_TITLE = "an e-mail address such as alice@example.org or 'Alice <alice@example.org>'"
 SCHEMA: Mapping[str, Any] = {
@@ -46,7 +50,12 @@ SCHEMA: Mapping[str, Any] = {
             "title": "a mapping of owner (or team) to an e-mail address",
             "type": "object",
             "additionalProperties": {"title": _ADDRESS_TITLE, "type": "string"},
-        }
+        },
+        "owner_email_namespaces": {
+            "title": "the namespaces (globs) whose jobs' owner_email meta is trusted",
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+        },
     },
 }
 """The owner map's structure; ``address_problem`` checks each address beyond it."""
@@ -73,9 +82,13 @@ def _problems(doc: Located) -> Iterator[Problem]:
             )
         if isinstance(value, str) and (why := address_problem(value)):
             yield doc.problem(path, why)
+    globs = root.get("owner_email_namespaces")
+    for i, glob in enumerate(globs if isinstance(globs, list) else ()):
+        if isinstance(glob, str) and glob and (why := why_unmatchable(glob, NAMESPACE)):
+            yield doc.problem(("owner_email_namespaces", i), why)
 
 
-def parse_owner_map(text: str, path: Path) -> Mapping[str, str]:
+def parse_owner_map(text: str, path: Path) -> OwnerMap:
     """Parse and validate an owner map's text; ``ConfigError`` lists every problem found."""
     source = str(path)
     try:
@@ -88,12 +101,15 @@ def parse_owner_map(text: str, path: Path) -> Mapping[str, str]:
     if problems:
         raise ConfigError("\n".join(p.render(source) for p in problems))
     owners: dict[str, str] = doc.value["owners"]
-    return MappingProxyType({owner: address(value) for owner, value in owners.items()})
+    return OwnerMap(
+        MappingProxyType({owner: address(value) for owner, value in owners.items()}),
+        tuple(doc.value.get("owner_email_namespaces") or ()),
+    )
 
 
-def load_owner_map(path: Path) -> Mapping[str, str]:
+def load_owner_map(path: Path) -> OwnerMap:
     """Load and validate the owner map at ``path``: owner to address, as a ``To`` header holds
-    it; any problem is a ``ConfigError``."""
+    it, and the namespaces trusted for ``owner_email``; any problem is a ``ConfigError``."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError, ValueError) as exc:
