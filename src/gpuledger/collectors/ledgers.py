@@ -43,8 +43,8 @@ from gpuledger.collectors.client_tls import (
 from gpuledger.errors import ConfigError
 from gpuledger.model.contract import INTERVAL_HEADER, TICK_HEADER
 from gpuledger.model.fleet_values import Target
-from gpuledger.model.text import excerpt
 from gpuledger.model.redact import redact_url_passwords
+from gpuledger.model.text import excerpt
 
 NODE_TLS = TlsNames("node controller", "node")
 MAX_BODY = 32 * 1024 * 1024
