@@ -30,6 +30,7 @@ from gpuledger.model.actions import (
     AllocFacts,
     JobFacts,
     NomadFacts,
+    PlannedAct,
     PlanState,
 )
 from gpuledger.model.fleet_values import (
@@ -167,6 +168,20 @@ def _said_by(reads: list[ControllerRead], node: str) -> tuple[Finding, ...]:
     return read.summary.findings if read.summary else ()
 
 
+def _planned(
+    world: World, lies: dict[int, Lie]
+) -> tuple[NomadFacts, list[ControllerRead], tuple[PlannedAct, ...]]:
+    """Nomad's facts, what each controller said, and the plan the fleet makes of it."""
+    nodes, facts = _nomad(world)
+    reads = _reads(world, lies)
+    discovery = Discovery(SourceName.NOMAD_SERVICES, "Nomad service 'gpuledger'")
+    fleet = reconcile_fleet(NOW, POLICY, ClusterDesired(nodes, SourceStatus.up()), discovery,
+                            reads)  # fmt: skip
+    plan = plan_acts(candidates(fleet, RULES), facts, ActingRules(max_per_hour=100),
+                     ("owner",), NOW)  # fmt: skip
+    return facts, reads, plan
+
+
 @st.composite
 def fleets(draw: st.DrawFn) -> tuple[World, dict[int, Lie]]:
     count = draw(st.integers(2, 4))
@@ -188,13 +203,7 @@ def test_no_act_is_due_except_on_the_word_of_its_own_nodes_controller_and_nomad(
     drawn: tuple[World, dict[int, Lie]],
 ) -> None:
     world, lies = drawn
-    nodes, facts = _nomad(world)
-    reads = _reads(world, lies)
-    discovery = Discovery(SourceName.NOMAD_SERVICES, "Nomad service 'gpuledger'")
-    fleet = reconcile_fleet(NOW, POLICY, ClusterDesired(nodes, SourceStatus.up()), discovery,
-                            reads)  # fmt: skip
-    plan = plan_acts(candidates(fleet, RULES), facts, ActingRules(max_per_hour=100),
-                     ("owner",), NOW)  # fmt: skip
+    facts, reads, plan = _planned(world, lies)
     keys = [p.key for p in plan]
     assert len(keys) == len(set(keys))  # one planned act per act
     for p in plan:
@@ -223,13 +232,7 @@ def test_an_honest_nodes_idle_allocation_is_still_planned_whatever_its_neighbour
     suspect), so each allocation its controller truthfully reports idle gets its act planned,
     on its own node."""
     world, lies = drawn
-    nodes, facts = _nomad(world)
-    reads = _reads(world, lies)
-    discovery = Discovery(SourceName.NOMAD_SERVICES, "Nomad service 'gpuledger'")
-    fleet = reconcile_fleet(NOW, POLICY, ClusterDesired(nodes, SourceStatus.up()), discovery,
-                            reads)  # fmt: skip
-    plan = plan_acts(candidates(fleet, RULES), facts, ActingRules(max_per_hour=100),
-                     ("owner",), NOW)  # fmt: skip
+    *_, plan = _planned(world, lies)
     by_key = {p.key: p for p in plan}
     for n, i in world.idle:
         if n in lies:
