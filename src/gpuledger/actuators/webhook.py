@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import requests
 import structlog
 
+from gpuledger.collectors.http_deadline import DeadlineAdapter
 from gpuledger.model.text import excerpt, text_of
 
 log = structlog.get_logger("gpuledger.actions")
@@ -23,6 +24,8 @@ class Webhooks:
     def __init__(self) -> None:
         self._session = requests.Session()
         self._session.trust_env = False
+        for scheme in ("http://", "https://"):  # TIMEOUT_S for the whole call, however slow
+            self._session.mount(scheme, DeadlineAdapter())
 
     def post(self, url: str, doc: dict[str, Any]) -> str | None:
         """POST ``doc``; why it failed, or ``None`` when the hook answered 2xx."""

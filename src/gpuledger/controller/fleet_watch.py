@@ -47,7 +47,8 @@ log = structlog.get_logger("gpuledger.fleet")
 T = TypeVar("T")
 
 MARGIN = timedelta(seconds=10)
-"""Beyond the wait and its jitter, what an attempt allows the network and a 17 MB body."""
+"""Beyond the wait and its jitter, what an attempt allows the network and a 17 MB body when
+no ``--timeout`` is given (``WatchSettings.timeout``)."""
 FIRST_BACKOFF_S = 1.0
 
 
@@ -64,6 +65,8 @@ class WatchSettings:
     consistent: bool = False
     budget: float | None = None
     """Seconds a failing watch keeps its last view; ``None``: half the interval."""
+    timeout: timedelta = MARGIN
+    """``--timeout``: a blocking read's deadline is its wait, Nomad's jitter and this."""
 
     @property
     def wait(self) -> timedelta:
@@ -120,7 +123,7 @@ class FleetWatch(Generic[T]):
         # After a failure, a plain read: an answer at once says Nomad is back (a query that
         # blocks could say so only at its next change or after its whole wait).
         index = 0 if self._relist else self.index
-        timeout = attempt_timeout(s.wait, MARGIN)
+        timeout = attempt_timeout(s.wait, s.timeout)
         began = self.clock.monotonic()
         # A probe only after an answer without a change (a churning cluster would cost a
         # probe and a list per change), and while its answer comes before a resync is due.
@@ -233,7 +236,7 @@ class FleetWatch(Generic[T]):
             self.view_ is None or now - (self._failing_since or now) >= budget
         ):
             raise self._error
-        quiet = attempt_timeout(s.wait, MARGIN)
+        quiet = attempt_timeout(s.wait, s.timeout)
         if self.view_at is not None and now - self.view_at > max(quiet, s.resync.total_seconds()):
             raise SourceError(SourceName.NOMAD, f"GET {self.endpoint}: no answer from Nomad for "
                               f"{now - self.view_at:.0f}s", "check the Nomad agent")  # fmt: skip
