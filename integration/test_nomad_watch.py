@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from gpuledger.sim.nomad_blocking_state import BlockingFault
 from gpuledger.sim.world import World
 from integration import test_serve
 from integration.runtimes import missing
@@ -136,6 +139,32 @@ def test_a_proxy_that_drops_the_index_falls_back_to_polling_at_the_interval(
     assert health.status_code == 200
     assert "nomad: not watching, polling every 1s" in health.text
     assert nomad_up(serve)
+
+
+PACED_WINDOW_S = 6.0
+
+
+@pytest.mark.parametrize("fault", ["index-moving", "index-backwards"])
+def test_a_nomad_that_answers_at_once_with_a_new_index_is_asked_at_a_bounded_pace(
+    world: World, start: StartServe, fault: BlockingFault
+) -> None:
+    # Each answer comes at once and says the index moved (or went back): nothing to poll on,
+    # and a watch that took it at its word would ask again at once, a thousand times in 6 s.
+    world.nomad.blocking_fault(fault)
+    serve = start(interval="30s")
+    serve.ready()
+    before = allocation_requests(world)
+    deadline = time.monotonic() + PACED_WINDOW_S
+    eventually(lambda: time.monotonic() >= deadline or None, "the window", wait=20)
+    asked = allocation_requests(world) - before
+    # The pace: two answers at once, then one an interval (30 s); after a reset its plain read.
+    # The bound is loose (a tick may ask too) and still far below a loop's hundreds.
+    assert asked <= 8, asked
+    text = serve.get("/metrics").text
+    paced = metric(text, "gpuledger_nomad_watch_paced_total")
+    assert paced is not None and paced >= 1
+    assert metric(text, "gpuledger_nomad_requests_total", endpoint=ALLOCS) is not None
+    assert serve.events("nomad_watch.paced")
 
 
 def test_an_index_that_goes_backwards_resets_and_the_watch_goes_on(

@@ -154,7 +154,7 @@ def test_targets_read_every_healthy_node_and_count_its_gpus(
 @pytest.mark.parametrize(
     ("name", "status", "words"),
     [
-        ("gpu-hang", "unreachable", "timed out after 1s"),
+        ("gpu-hang", "unreachable", "did not answer within 1s (deadline)"),
         ("gpu-500", "unreachable", "answered HTTP 500: internal error"),
         ("gpu-garbage", "unreachable", "answered application/json that is not a JSON ledger"),
         ("gpu-html", "unreachable", "answered text/html that is not a JSON ledger"),

@@ -11,7 +11,10 @@ import pytest
 
 from gpuledger.collectors.nomad_blocking import (
     MAX_WAIT,
+    PACE_BURST,
+    PACE_FLOOR_S,
     IndexStep,
+    Pacer,
     QueryMeta,
     attempt_timeout,
     clamp_wait,
@@ -170,3 +173,42 @@ def test_a_leader_known_again_clears_the_since_and_no_header_keeps_it() -> None:
 
 def test_an_answer_with_a_leader_is_not_judged_by_an_old_since() -> None:
     assert stale_reason(meta(leader=True), 45 * S, 0.0, now=10_000.0) is None
+
+
+# --------------------------------------------------------------------------- the pace
+
+
+def test_the_pace_lets_two_answers_through_then_one_an_interval() -> None:
+    pacer = Pacer(every_s=30.0)
+    assert [pacer.pause(0.0), pacer.pause(0.1)] == [0.0, 0.0]
+    # The third waits until an interval after the first (the bucket refilled 0.2 s' worth).
+    assert pacer.pause(0.2) == pytest.approx(29.8)
+    assert pacer.paced == 1 and pacer.began
+    # Asked again when that wait ended, and answered at once again: held a whole interval.
+    assert pacer.pause(30.0) == pytest.approx(30.0)
+    assert pacer.paced == 2 and not pacer.began
+
+
+def test_the_pace_refills_over_quiet_time_and_never_past_two() -> None:
+    pacer = Pacer(every_s=10.0)
+    for at in (0.0, 0.0, 0.0):
+        pacer.pause(at)
+    assert pacer.pause(1000.0) == 0.0  # a quiet while: the bucket is full again...
+    assert pacer.pause(1000.0) == 0.0
+    assert pacer.pause(1000.0) == pytest.approx(10.0)  # ...with two, not a hundred
+
+
+def test_the_pace_has_a_floor_of_a_second_whatever_the_interval() -> None:
+    pacer = Pacer(every_s=0.01)
+    pauses = [pacer.pause(0.0) for _ in range(3)]
+    assert pauses[2] == pytest.approx(PACE_FLOOR_S)
+
+
+def test_requests_a_minute_against_a_server_that_never_blocks_are_bounded() -> None:
+    # The server answers at once each time: the watcher's clock moves only by the pauses.
+    for every in (0.5, 5.0, 30.0):
+        pacer, now, asked = Pacer(every_s=every), 0.0, 0
+        while now < 60.0:
+            asked += 1
+            now += pacer.pause(now)
+        assert asked <= 60.0 / max(every, PACE_FLOOR_S) + PACE_BURST + 1, (every, asked)

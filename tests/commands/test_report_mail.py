@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 from decimal import Decimal
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from gpuledger.commands.report_mail import (
     Mail,
     MailPlan,
+    MailResult,
     Skipped,
     SmtpSettings,
     build_message,
@@ -25,6 +27,7 @@ from gpuledger.model.addresses import OwnerMap
 from gpuledger.model.report_values import MetaAddress, OwnerBill, UseHours
 from tests.fakes.nomad_pki import make_pki
 from tests.fakes.smtp_inbox import closed_port, silent_listener, smtp_server
+from tests.fakes.trickle import trickling
 
 SENDER = "GPU ledger <gpuledger@example.org>"
 PASSWORD = "s3cret-Pa55word"  # noqa: S105 - the test's own, looked for in the output
@@ -251,6 +254,28 @@ def test_a_server_that_never_answers_times_out_with_host_and_port() -> None:
         f"127.0.0.1:{port} did not answer within 0.2 s: check --smtp-host and --smtp-port, and "
         "--smtp-tls (ssl on 465, starttls on 587)"
     )
+    assert [o.status for o in result.outcomes] == ["not-sent"]
+
+
+def test_a_server_that_trickles_its_greeting_is_cut_at_the_deadline() -> None:
+    # A byte every half second: no wait on the socket reaches the timeout, only a deadline on
+    # the whole exchange ends it. Sent from a thread, so that a missing deadline fails the test
+    # (the greeting would take an hour) rather than hang it.
+    with trickling("smtp-greeting") as url:
+        port = int(url.rsplit(":", 1)[1])
+        settings = SmtpSettings("127.0.0.1", port, "none", timeout=1.0)
+        done: list[MailResult] = []
+        sender = threading.Thread(
+            target=lambda: done.append(send_mails(_mails("alice"), settings, send=True,
+                                                  out=io.StringIO())),
+            daemon=True,
+        )  # fmt: skip
+        sender.start()
+        sender.join(timeout=15)
+        assert done, "send_mails still waited on the greeting 15 s after a 1 s --smtp-timeout"
+    (result,) = done
+    assert result.error is not None
+    assert result.error.startswith(f"127.0.0.1:{port} did not answer within 1 s")
     assert [o.status for o in result.outcomes] == ["not-sent"]
 
 

@@ -164,6 +164,35 @@ def test_an_index_that_goes_backwards_starts_again_from_a_plain_read() -> None:
     assert changes == [] and w.view(NODE) == (A1,)
 
 
+def test_an_index_that_moves_at_once_at_every_answer_is_asked_at_the_pace() -> None:
+    # A proxy (or a Nomad) that answers at once with a higher index each time: a change to
+    # the watch, with nothing to poll on; taken at its word, it would be asked in a loop.
+    script = [Answer(index=10 + n, takes=0.02) for n in range(200)]
+    w, lister, clock, _changes = watch(script)
+    with capture_logs() as logs:
+        while clock.t < 10 * INTERVAL:
+            w.step()
+    # The first plain read, two answers at once, then one an interval: ~12, not 200.
+    assert len(lister.asked) <= 13
+    assert w.stats().paced >= 9
+    assert [e["event"] for e in logs].count("nomad_watch.paced") == 1
+
+
+def test_an_index_that_goes_backwards_at_every_answer_resets_once_then_waits() -> None:
+    # Servers that lag each other behind a balancer: each blocking query answered at once
+    # with an index below the one asked, and each plain read with the current one.
+    script = [Answer(index=50 if n % 2 == 0 else 49, takes=0.02) for n in range(200)]
+    w, lister, clock, _changes = watch(script)
+    with capture_logs() as logs:
+        while clock.t < 10 * INTERVAL:
+            w.step()
+    # Each reset is one plain read at once; the blocking query after it waits its turn.
+    assert len(lister.asked) <= 2 * 12 + 1
+    assert lister.asked[:4] == [(0, None), (50, WAIT), (0, None), (50, WAIT)]
+    assert w.stats().paced >= 9
+    assert [e["event"] for e in logs].count("nomad_watch.index_reset") == len(lister.asked) // 2
+
+
 def test_a_failed_wait_is_retried_with_a_back_off_that_doubles_up_to_the_interval() -> None:
     script = [Answer(), *[Answer(error="GET … answered 500: no leader") for _ in range(8)]]
     w, _lister, clock, _changes = watch([*script, Answer(takes=WAIT)])

@@ -297,6 +297,27 @@ def test_a_proxy_that_drops_the_index_answers_at_once(
     assert answer.headers.get("X-Nomad-Index") == header
 
 
+def test_a_proxy_that_moves_the_index_answers_at_once_one_past_the_last(fake: FakeNomad) -> None:
+    fake.blocking_fault("index-moving")
+    started = time.monotonic()
+    first = index_of(get(fake, f"{ALLOCS}?index=999&wait=60s"))
+    second = index_of(get(fake, f"{ALLOCS}?index={first}&wait=60s"))
+    assert time.monotonic() - started < 30
+    assert second == first + 1
+
+
+def test_a_proxy_that_sends_the_index_backwards_answers_below_what_was_asked(
+    fake: FakeNomad,
+) -> None:
+    fake.set_allocations([spec("a0")])
+    current = index_of(get(fake, ALLOCS))
+    fake.blocking_fault("index-backwards")
+    assert index_of(get(fake, ALLOCS)) == current  # a plain read: the current index
+    started = time.monotonic()
+    assert index_of(get(fake, f"{ALLOCS}?index={current}&wait=60s")) == current - 1
+    assert time.monotonic() - started < 30
+
+
 def test_a_500_while_blocked(fake: FakeNomad) -> None:
     blocked = Background(lambda: get(fake, f"{ALLOCS}?index=999&wait=60s"))
     assert fake.wait_for_blocked(1)

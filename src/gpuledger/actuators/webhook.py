@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import requests
 import structlog
 
-from gpuledger.collectors.client_tls import causes
+from gpuledger.collectors.http_deadline import DeadlineAdapter, causes
 from gpuledger.model.text import excerpt, text_of
 
 log = structlog.get_logger("gpuledger.actions")
@@ -27,6 +27,8 @@ class Webhooks:
     def __init__(self) -> None:
         self._session = requests.Session()
         self._session.trust_env = False
+        for scheme in ("http://", "https://"):  # TIMEOUT_S for the whole call, however slow
+            self._session.mount(scheme, DeadlineAdapter())
 
     def post(self, url: str, doc: dict[str, Any]) -> str | None:
         """POST ``doc``; why it failed, or ``None`` when the hook answered 2xx."""

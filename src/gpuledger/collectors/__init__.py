@@ -33,4 +33,6 @@ over the clients, the clients over TLS. Its modules:
 - ``ledgers``: the node controllers' ``/ledger``, read concurrently; ``--targets`` checked;
 - ``prometheus``: Prometheus's query API, as ``report`` reads it;
 - ``client_tls``: the one TLS layer: contexts, the requests adapter, failed handshakes, token files.
+- ``http_deadline``: a client's timeout made a deadline on the whole of a call (connecting, headers,
+  body), whatever the server does: the requests adapter every session mounts, and its watchdog.
 """

@@ -9,7 +9,8 @@ verified unless told otherwise, built from the settings the Nomad and Consul CLI
 - A file a setting names and that cannot be used is a ``ConfigError`` at start-up, whatever the
   address's scheme, as in the CLIs.
 
-``TlsAdapter`` puts a context on a ``requests.Session`` (python-nomad's, py-consul's);
+``TlsAdapter`` puts a context on a ``requests.Session`` (python-nomad's, py-consul's), and a
+deadline on its every call (``http_deadline``);
 ``tls_failure`` says what a failed handshake means, naming the setting that fixes it.
 """
 
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
 from urllib3.util.ssl_match_hostname import CertificateError
 
+from gpuledger.collectors.http_deadline import DeadlineAdapter, causes
 from gpuledger.errors import ConfigError, SourceError, SourceName
 
 # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
@@ -181,8 +182,9 @@ def _load_client_cert(context: ssl.SSLContext, settings: TlsSettings, names: Tls
         ) from err
 
 
-class TlsAdapter(HTTPAdapter):
-    """HTTPS through one prepared ``SSLContext``, whatever ``verify`` the library passes."""
+class TlsAdapter(DeadlineAdapter):
+    """HTTPS through one prepared ``SSLContext``, whatever ``verify`` the library passes; each
+    call within its ``timeout`` in all (``DeadlineAdapter``)."""
 
     def __init__(self, context: ssl.SSLContext, server_name: str | None, verify: bool) -> None:
         self._tls_kwargs: dict[str, Any] = {
@@ -209,21 +211,6 @@ class TlsAdapter(HTTPAdapter):
 
     def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
         """Nothing: the context decides, and requests would otherwise switch it off."""
-
-
-def causes(err: BaseException) -> Iterator[BaseException]:
-    """``err`` and everything it wraps: HTTP libraries nest the real cause deeply."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [err]
-    while todo:
-        current = todo.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        nested = [current.__cause__, current.__context__, getattr(current, "reason", None)]
-        nested += [getattr(current, "certificate_error", None), *current.args]
-        todo.extend(e for e in nested if isinstance(e, BaseException))
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,13 @@ from gpuledger.collectors.client_tls import (
     TlsNames,
     TlsPeer,
     TlsSettings,
-    causes,
     client_context,
     parse_go_bool,
     read_setting_file,
     read_token_file,
     tls_failure,
 )
+from gpuledger.collectors.http_deadline import DeadlineAdapter, causes, deadline_of
 from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model.fleet_values import Target, base_url, text_or_none
 from gpuledger.model.redact import redact_url_passwords
@@ -191,9 +191,12 @@ class ConsulCatalog:
         self._client.http.base_uri += self._addr.path
         session: requests.Session = self._client.http.session
         session.trust_env = False  # a proxy from the environment would see the token
+        # A call's timeout (with a blocking query's wait and jitter, as py-consul sets it) is a
+        # deadline on the whole call, whatever the agent does (``http_deadline``).
         session.mount(
             "https://", TlsAdapter(context, settings.tls.server_name, not settings.tls.skip_verify)
         )
+        session.mount("http://", DeadlineAdapter())
         session.hooks["response"].append(self._keep_headers)
         self._headers: Mapping[str, str] = {}
         self._token: str | None = None
@@ -282,6 +285,8 @@ class ConsulCatalog:
             return self._error(f"GET {path}: {failed[0]}", failed[1])
         timeout = any(isinstance(c, requests.Timeout | TimeoutError) for c in causes(err))
         what = f"timed out after {self._settings.timeout:g}s" if timeout else "is unreachable"
+        deadline = deadline_of(err)
+        what = f"did not answer within {deadline:g}s (deadline)" if deadline else what
         return self._error(
             f"Consul at {self._settings.addr} {what} (GET {path})",
             "check that the Consul agent runs and that --consul / CONSUL_HTTP_ADDR points at it",

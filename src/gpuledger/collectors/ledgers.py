@@ -217,7 +217,7 @@ class LedgerReader:
         try:
             return await self._get(url, etag)
         except asyncio.TimeoutError:
-            return LedgerAnswer(url, error=f"timed out after {self.timeout:g}s")
+            return LedgerAnswer(url, error=f"did not answer within {self.timeout:g}s (deadline)")
         except (aiohttp.ClientError, OSError) as err:
             return LedgerAnswer(url, error=self._why(url, err))
 

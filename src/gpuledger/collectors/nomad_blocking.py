@@ -149,6 +149,45 @@ def index_step(previous: int, meta: QueryMeta, elapsed: float, wait: timedelta) 
     return IndexStep(next_index=max(index, 1), changed=True, blocking=True)
 
 
+PACE_BURST = 2.0
+"""Answers at once a watcher takes without waiting, before the pace holds it."""
+PACE_FLOOR_S = 1.0
+"""The least pace, whatever the interval: no watcher asks twice a second on answers at once."""
+
+
+@dataclass
+class Pacer:
+    """Consul's "Rate limit" for one watcher: every answer to a blocking query that says the
+    index moved (forwards, or backwards: a reset) may have come at once, and a watcher that
+    asked again at once would loop as fast as the server answers. A token bucket: two such
+    answers without a wait, then one every ``every_s`` (the interval, at least
+    ``PACE_FLOOR_S``). A quiet cluster is never held (its answers block), a churning one
+    degrades into polling, and a server (or a proxy) that does not block is asked at most
+    ``60 / every_s + 2`` times a minute. Time is passed in (``Clock.monotonic()``)."""
+
+    every_s: float
+    tokens: float = PACE_BURST
+    at: float | None = None
+    paced: int = 0
+    """Answers after which the watcher had to wait: ``gpuledger_nomad_watch_paced_total``."""
+    began: bool = False
+    """Whether the last answer's wait began a run of waits (the one a watcher logs)."""
+
+    def pause(self, now: float) -> float:
+        """Seconds to wait before the next request, after an answer at ``now`` that moved
+        the index; counted in ``paced`` when more than none."""
+        every = max(self.every_s, PACE_FLOOR_S)
+        refilled = self.tokens if self.at is None else self.tokens + (now - self.at) / every
+        holding = self.tokens < 0.0
+        self.tokens, self.at = min(PACE_BURST, refilled) - 1.0, now
+        if self.tokens >= 0.0:
+            self.began = False
+            return 0.0
+        self.paced += 1
+        self.began = not holding
+        return -self.tokens * every
+
+
 def leaderless_since(since: float | None, meta: QueryMeta, now: float) -> float | None:
     """Since when (``now``: the caller's ``Clock.monotonic()``) answers have said no leader is
     known: kept while they say so, ``now`` when one first says so, ``None`` once one says a

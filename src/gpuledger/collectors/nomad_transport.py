@@ -29,20 +29,24 @@ import nomad
 import nomad.api.exceptions as nomad_errors
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection
 
 from gpuledger.collectors.client_tls import (
     TlsAdapter,
     TlsNames,
     TlsPeer,
     TlsSettings,
-    causes,
     client_context,
     parse_go_bool,
     read_setting_file,
     read_token_file,
     tls_failure,
+)
+from gpuledger.collectors.http_deadline import (
+    DeadlineAdapter,
+    WatchedHTTPConnection,
+    causes,
+    deadline_of,
+    watch_socket,
 )
 from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model.redact import redact_url_passwords
@@ -161,7 +165,7 @@ def tls_settings(settings: NomadSettings) -> TlsSettings:
     )
 
 
-class _UnixConnection(HTTPConnection):
+class _UnixConnection(WatchedHTTPConnection):
     def __init__(self, socket_path: str, **kwargs: Any) -> None:
         super().__init__("localhost", **kwargs)
         self._socket_path = socket_path
@@ -176,6 +180,7 @@ class _UnixConnection(HTTPConnection):
             raise urllib3.exceptions.NewConnectionError(
                 self, f"cannot connect to {self._socket_path}: {err.strerror or err}"
             ) from err
+        watch_socket(sock)
         return sock
 
 
@@ -184,13 +189,14 @@ class _UnixPool(urllib3.HTTPConnectionPool):
         super().__init__("localhost", **kwargs)
         self._socket_path = socket_path
 
-    def _new_conn(self) -> HTTPConnection:
+    def _new_conn(self) -> WatchedHTTPConnection:
         self.num_connections += 1
         return _UnixConnection(self._socket_path, timeout=self.timeout.connect_timeout)
 
 
-class _UnixAdapter(HTTPAdapter):
-    """HTTP over the unix socket named by the percent-encoded host of ``http+unix://`` URLs."""
+class _UnixAdapter(DeadlineAdapter):
+    """HTTP over the unix socket named by the percent-encoded host of ``http+unix://`` URLs,
+    each call within its ``timeout`` in all."""
 
     def __init__(self) -> None:
         self._pools: dict[str, _UnixPool] = {}
@@ -306,11 +312,15 @@ class NomadApi:
         self._session = requests.Session()
         # Proxies from the environment would send the token to a proxy; Nomad is local.
         self._session.trust_env = False
+        # Every call's timeout is a deadline on the whole of it (``http_deadline``): a blocking
+        # query's is its wait, Nomad's jitter and the timeout (``attempt_timeout``).
         if self._base.startswith(_UNIX_SCHEME):
             self._session.mount(_UNIX_SCHEME, _UnixAdapter())
         elif self._base.startswith("https://"):
             adapter = TlsAdapter(context, settings.tls_server_name, not settings.skip_verify)
             self._session.mount("https://", adapter)
+        else:
+            self._session.mount("http://", DeadlineAdapter())
         if counts is not None:
             self._session.hooks["response"].append(_counter(counts))
         client = nomad.Nomad(
@@ -448,10 +458,12 @@ class NomadApi:
         if failed is not None:
             return self._error(f"{call.request}: {failed[0]}", failed[1])
         found = list(causes(err))
+        deadline = deadline_of(err)
         timeout = any(isinstance(c, requests.Timeout | TimeoutError) for c in found)
         cut = any(isinstance(c, _CUT_SHORT) for c in found)
         what = f"timed out after {settings.timeout:g}s" if timeout else "is unreachable"
         what = "answered a body cut short" if cut and not timeout else what
+        what = f"did not answer within {deadline:g}s (deadline)" if deadline else what
         return self._error(
             f"Nomad at {settings.addr} {what} ({call.request})",
             "check that the Nomad agent runs and that --nomad-addr / NOMAD_ADDR points at it",

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from gpuledger.collectors.http_deadline import DeadlineAdapter
 from gpuledger.errors import ConfigError, SourceError, SourceName
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.report_values import Sample
@@ -86,6 +87,9 @@ class PrometheusClient:
         self._session = requests.Session()
         # Proxies and .netrc from the environment must not receive the token.
         self._session.trust_env = False
+        # The wait is a deadline on the whole answer, however slowly it comes (``http_deadline``).
+        for scheme in ("http://", "https://"):
+            self._session.mount(scheme, DeadlineAdapter())
         if settings.ca_cert is not None:
             if not settings.ca_cert.is_file():
                 raise ConfigError(f"--prometheus-ca-cert {settings.ca_cert}: no such file")
@@ -142,10 +146,10 @@ class PrometheusClient:
             return SourceError(
                 SourceName.PROMETHEUS, f"TLS with {self._shown} failed: {why}; trusted: {trusted}"
             )
-        if isinstance(err, requests.Timeout):
+        if isinstance(err, requests.Timeout):  # a wait on the socket, or the whole answer's
             return SourceError(
                 SourceName.PROMETHEUS,
-                f"{self._shown} did not answer within {self._wait_s:g}s "
+                f"{self._shown} did not answer within {self._wait_s:g}s (deadline) "
                 "(raise --timeout, or shorten --since)",
             )
         errno = _ERRNO.search(text)

@@ -99,7 +99,11 @@ def watched_config(
     service discovery each kept by a thread of its own with blocking queries."""
     config = fleet_config(options)
     settings = WatchSettings(
-        interval.total_seconds(), watch.resync, watch.max_stale, watch.consistent
+        interval.total_seconds(),
+        watch.resync,
+        watch.max_stale,
+        watch.consistent,
+        timeout=timedelta(seconds=options.timeout),
     )
     first = options.timeout
     watches: list[FleetWatch[Any]] = []

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import smtplib
+import socket
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from email.utils import format_datetime, make_msgid
 from pathlib import Path
 from typing import Literal, TextIO
 
+from gpuledger.collectors.http_deadline import deadline, watch_socket
 from gpuledger.errors import ConfigError
 from gpuledger.model.addresses import OwnerMap
 from gpuledger.model.report_values import MetaAddress, OwnerBill
@@ -246,18 +248,47 @@ def _password(settings: SmtpSettings, environ: Mapping[str, str]) -> str:
     return password
 
 
+class _Watched:
+    """smtplib's client, its socket under the deadline of the exchange (``http_deadline``):
+    its ``timeout`` bounds each wait on the socket, never a server that trickles."""
+
+    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
+        sock: socket.socket = super()._get_socket(host, port, timeout)  # type: ignore[misc]
+        watch_socket(sock)
+        return sock
+
+
+class _Smtp(_Watched, smtplib.SMTP):
+    """Plain, or STARTTLS."""
+
+
+class _SmtpSsl(_Watched, smtplib.SMTP_SSL):
+    """TLS from the start."""
+
+
 def _connect(
     settings: SmtpSettings, context: ssl.SSLContext | None, environ: Mapping[str, str]
 ) -> smtplib.SMTP:
-    """A connection, through TLS as asked, logged in when a user is given."""
+    """A connection, through TLS as asked, logged in when a user is given, all of it within
+    ``--smtp-timeout`` (a server past it is a ``TimeoutError``)."""
     password = _password(settings, environ) if settings.username else ""
+    with deadline(settings.timeout) as watchdog:
+        try:
+            return _connected(settings, context, password)
+        except OSError as err:
+            if watchdog.fired:
+                raise TimeoutError(f"no answer within {settings.timeout:g} s") from err
+            raise
+
+
+def _connected(
+    settings: SmtpSettings, context: ssl.SSLContext | None, password: str
+) -> smtplib.SMTP:
     client: smtplib.SMTP
     if settings.tls == "ssl":
-        client = smtplib.SMTP_SSL(
-            settings.host, settings.port, timeout=settings.timeout, context=context
-        )
+        client = _SmtpSsl(settings.host, settings.port, timeout=settings.timeout, context=context)
     else:
-        client = smtplib.SMTP(settings.host, settings.port, timeout=settings.timeout)
+        client = _Smtp(settings.host, settings.port, timeout=settings.timeout)
     try:
         client.ehlo()
         if settings.tls == "starttls":
@@ -401,7 +432,9 @@ def _deliver(
             outcomes.append(Outcome(mail.owner, mail.to, "not-sent", message))
         else:
             try:
-                outcomes.append(_send_one(client, mail, message))
+                with deadline(settings.timeout):  # each mail within --smtp-timeout
+                    watch_socket(client.sock)
+                    outcomes.append(_send_one(client, mail, message))
             except smtplib.SMTPSenderRefused as exc:  # 530: TLS or a login first
                 error = _demands(exc, settings)
                 outcomes.append(Outcome(mail.owner, mail.to, "refused", _reply(exc)))
@@ -454,7 +487,9 @@ def send_mails(
             try:
                 outcomes, error = _deliver(client, mails, built, settings)
             finally:
-                _quit(client)
+                with deadline(settings.timeout):
+                    watch_socket(client.sock)
+                    _quit(client)
     for mail, outcome in zip(mails, outcomes, strict=True):
         # The subject names the owner and the outcome may quote the server: both through the
         # tables' filter, so an escape sequence in either is shown, not obeyed.

@@ -12,8 +12,10 @@ pause before the next, so the tests drive it on a fake clock without a thread. P
 while blocking queries block; the interval when the server does not block (a 0 or missing
 index, or the same index answered at once: a proxy) or fails (exponential from one second,
 capped at the interval, each retry a plain read that answers at once); and after two quick
-changes, a token bucket (Consul's "Rate limit": a burst of 2, then one change an interval), so
-a churning cluster degrades into polling, never a busy loop.
+changes, the pace every watcher on Nomad shares (``nomad_blocking.Pacer``, Consul's "Rate
+limit": a burst of 2, then one change an interval, counted in
+``gpuledger_nomad_watch_paced_total``), so a churning cluster degrades into polling, and an
+index that moves or goes back at every answer is no busy loop.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import structlog
 
 from gpuledger.collectors.nomad_blocking import (
     STALE_HINT,
+    Pacer,
     attempt_timeout,
     clamp_wait,
     index_step,
@@ -44,7 +47,8 @@ log = structlog.get_logger("gpuledger.fleet")
 T = TypeVar("T")
 
 MARGIN = timedelta(seconds=10)
-"""Beyond the wait and its jitter, what an attempt allows the network and a 17 MB body."""
+"""Beyond the wait and its jitter, what an attempt allows the network and a 17 MB body when
+no ``--timeout`` is given (``WatchSettings.timeout``)."""
 FIRST_BACKOFF_S = 1.0
 
 
@@ -61,6 +65,8 @@ class WatchSettings:
     consistent: bool = False
     budget: float | None = None
     """Seconds a failing watch keeps its last view; ``None``: half the interval."""
+    timeout: timedelta = MARGIN
+    """``--timeout``: a blocking read's deadline is its wait, Nomad's jitter and this."""
 
     @property
     def wait(self) -> timedelta:
@@ -107,7 +113,7 @@ class FleetWatch(Generic[T]):
         self._error: SourceError | None = None
         self._leaderless: float | None = None
         self._relist = self._said_polling = self._churning = False
-        self._tokens, self._tokens_at = 2.0, clock.monotonic()
+        self._pacer = Pacer(settings.interval)
 
     # ---------------------------------------------------------------- one request
 
@@ -117,7 +123,7 @@ class FleetWatch(Generic[T]):
         # After a failure, a plain read: an answer at once says Nomad is back (a query that
         # blocks could say so only at its next change or after its whole wait).
         index = 0 if self._relist else self.index
-        timeout = attempt_timeout(s.wait, MARGIN)
+        timeout = attempt_timeout(s.wait, s.timeout)
         began = self.clock.monotonic()
         # A probe only after an answer without a change (a churning cluster would cost a
         # probe and a list per change), and while its answer comes before a resync is due.
@@ -199,12 +205,13 @@ class FleetWatch(Generic[T]):
         self.watching = blocking
 
     def _paced(self, now: float) -> float:
-        """After a change, the pause that keeps the next one within the bucket: two changes
-        at once, then one an interval (its tokens refill at one an interval, up to two)."""
-        per = self.settings.interval
-        self._tokens = min(2.0, self._tokens + (now - self._tokens_at) / per) - 1.0
-        self._tokens_at = now
-        return 0.0 if self._tokens >= 1.0 else (1.0 - self._tokens) * per
+        """After a change, the pace's pause (``Pacer``: two at once, then one an interval);
+        the first hold of a run is said."""
+        pause = self._pacer.pause(now)
+        if self._pacer.began:
+            log.warning("nomad.watch_paced", endpoint=self.endpoint, wait_s=round(pause, 3),
+                        every_s=self._pacer.every_s)  # fmt: skip
+        return pause
 
     # ---------------------------------------------------------------- the sweep's side
 
@@ -229,7 +236,7 @@ class FleetWatch(Generic[T]):
             self.view_ is None or now - (self._failing_since or now) >= budget
         ):
             raise self._error
-        quiet = attempt_timeout(s.wait, MARGIN)
+        quiet = attempt_timeout(s.wait, s.timeout)
         if self.view_at is not None and now - self.view_at > max(quiet, s.resync.total_seconds()):
             raise SourceError(SourceName.NOMAD, f"GET {self.endpoint}: no answer from Nomad for "
                               f"{now - self.view_at:.0f}s", "check the Nomad agent")  # fmt: skip
@@ -243,7 +250,8 @@ class FleetWatch(Generic[T]):
             age = None if self.view_at is None else self.clock.monotonic() - self.view_at
             healthy = self.watching and self._error is None
             return FleetWatchStats(self.endpoint, self.index, healthy, age, self.restarts,
-                                   self.requests, self.response_bytes)  # fmt: skip
+                                   self.requests, self.response_bytes,
+                                   self._pacer.paced)  # fmt: skip
 
     # ---------------------------------------------------------------- the thread
 

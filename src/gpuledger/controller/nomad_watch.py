@@ -8,6 +8,12 @@ from the last answer's. What a blocking-query client must handle:
 
 - **The index.** An answer's ``X-Nomad-Index`` is the next request's ``index``; one that went
   backwards (a server restored from a snapshot) starts again from 0, a plain read.
+- **The pace.** An answer whose index moved (forwards or backwards) may have come at once: a
+  proxy that rewrites the index, servers that lag each other behind a balancer. The watch's
+  ``Pacer`` (``collectors/nomad_blocking``, the fleet's too) lets two such answers through,
+  then holds the next request to one an interval, so a Nomad that does not block is asked a
+  bounded number of times a minute, never in a loop; each hold is counted
+  (``gpuledger_nomad_watch_paced_total``) and the first of a run logged.
 - **No watch to be had.** An answer without an index (``0`` or none: an old agent, a proxy), or
   one that came back at once with the index asked (a proxy that drops ``index``), is not a
   watch: the next request waits until an interval after the last began, so it polls at the
@@ -38,7 +44,7 @@ from typing import Protocol
 import structlog
 
 from gpuledger.collectors.nomad import NodeAllocs
-from gpuledger.collectors.nomad_blocking import attempt_timeout, clamp_wait, index_step
+from gpuledger.collectors.nomad_blocking import Pacer, attempt_timeout, clamp_wait, index_step
 from gpuledger.controller.clock import Clock
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import Allocation
@@ -94,6 +100,8 @@ class WatchStats:
     view_age_s: float | None
     restarts: int
     watching: bool
+    paced: int = 0
+    """Answers after which the pace held the next request (``Pacer``)."""
     requests: Mapping[str, int] = field(default_factory=dict)
     response_bytes: Mapping[str, int] = field(default_factory=dict)
 
@@ -122,6 +130,7 @@ class NomadWatch:
         self.on_change = on_change
         self.state = WatchState()
         self.restarts = 0
+        self.pacer = Pacer(interval_s)
         self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
         self._lister: Lister | None = None
@@ -185,6 +194,7 @@ class NomadWatch:
             view_age_s=age,
             restarts=self.restarts,
             watching=state.polling is None and state.error is None,
+            paced=self.pacer.paced,
         )
 
     # ------------------------------------------------------------------ the thread
@@ -239,12 +249,11 @@ class NomadWatch:
             self._failed(exc)
             self._pause(self._backoff(self.state.failures))
             return
-        polling = self._answered(state, listed, asked)
-        if polling is not None:
-            self._pause(asked + self.interval_s - self.clock.monotonic())
+        self._pause(self._answered(state, listed, asked))
 
-    def _answered(self, before: WatchState, listed: NodeAllocs, asked: float) -> str | None:
-        """Keep the answer; wake the loop on a change; why to poll (``None``: watch on)."""
+    def _answered(self, before: WatchState, listed: NodeAllocs, asked: float) -> float:
+        """Keep the answer; wake the loop on a change; the pause before the next request: to
+        the interval while polling, the pace's after an index that moved (``Pacer``)."""
         now = self.clock.monotonic()
         step = index_step(before.index, listed.meta, now - asked, self._wait)
         polling = None
@@ -269,13 +278,24 @@ class NomadWatch:
             polling=polling,
         )
         if not self._publish(before.node_id, after):
-            return None  # the loop moved to another node while this one blocked
+            return 0.0  # the loop moved to another node while this one blocked
         self._say_polling(before.polling, polling)
         if before.error is not None:
             log.info("nomad_watch.recovered")
         if changed:
             self.on_change()
-        return polling
+        if polling is not None:
+            return asked + self.interval_s - now
+        if step.changed and before.index > 0:
+            return self._paced(now)
+        return 0.0
+
+    def _paced(self, now: float) -> float:
+        """The pace's pause after an answer that moved the index; said when it first holds."""
+        pause = self.pacer.pause(now)
+        if self.pacer.began:
+            log.warning("nomad_watch.paced", wait_s=round(pause, 3), every_s=self.pacer.every_s)
+        return pause
 
     def _say_polling(self, was: str | None, now: str | None) -> None:
         if now is not None and was is None:

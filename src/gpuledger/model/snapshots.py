@@ -61,6 +61,8 @@ class FleetWatchStats:
     restarts: int
     requests: int
     response_bytes: int
+    paced: int = 0
+    """Answers after which the pace held its next request (``nomad_blocking.Pacer``)."""
 
 
 @dataclass(frozen=True)

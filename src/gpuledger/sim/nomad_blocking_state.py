@@ -47,9 +47,13 @@ JITTER_FRACTION = 16
 NO_LEADER = "No cluster leader"
 """``structs.ErrNoLeader``: what a read that needs the leader answers without one (500)."""
 
-BlockingFault = Literal["no-index", "index-zero"]
+BlockingFault = Literal["no-index", "index-zero", "index-moving", "index-backwards"]
 """``no-index``: a proxy that drops ``index`` (every query answered at once, no X-Nomad-Index);
-``index-zero``: an agent that answers at once with ``X-Nomad-Index: 0``."""
+``index-zero``: an agent that answers at once with ``X-Nomad-Index: 0``; ``index-moving``: every
+query answered at once with an index one past the last (a proxy that rewrites it, or a write
+between every two reads); ``index-backwards``: a blocking query answered at once with an index
+below the one it asked, a plain read with the current one (a proxy spreading stale reads over
+servers that lag each other)."""
 
 EndKind = Literal["cut", "cut-mid-body", "500"]
 
@@ -249,8 +253,7 @@ class BlockingState:
         passes: then the answer at the current index, as ``blockingRPC`` does.
         Returns a :class:`BlockingAnswer`, or an :class:`Ended`."""
         if self.fault is not None:
-            _, body = run()
-            return self._meta(options, body, None if self.fault == "no-index" else 0)
+            return self._faulty(options, run)
         wait = time_to_block(options)
         if wait:
             wait += self.random() * wait / JITTER_FRACTION
@@ -267,6 +270,18 @@ class BlockingState:
             if self.monotonic() >= deadline:
                 index, body = run()
                 return self._meta(options, body, index)
+
+    def _faulty(self, options: QueryOptions, run: Callable[[], tuple[int, Any]]) -> Any:
+        """The answer, at once, of a server or proxy that does not block (``fault``)."""
+        current, body = run()
+        index: int | None = None if self.fault == "no-index" else 0
+        if self.fault == "index-moving":
+            with self.condition:
+                self.index += 1
+                index = self.index
+        elif self.fault == "index-backwards":
+            index = max(1, options.min_index - 1) if options.min_index > 1 else current
+        return self._meta(options, body, index)
 
     def _wait_for_write(self, seen: int, generation: int, deadline: float) -> Ended | None:
         with self.condition:
@@ -355,8 +370,8 @@ class BlockingKnobs:
             self.state.condition.notify_all()
 
     def blocking_fault(self, kind: BlockingFault | None) -> None:
-        """``no-index``: a proxy that drops ``index`` (every read at once, no X-Nomad-Index);
-        ``index-zero``: reads answered at once with ``X-Nomad-Index: 0``; ``None``: as Nomad."""
+        """Reads answered at once (``BlockingFault``: no index, 0, one that moves at every
+        answer, one below the index asked); ``None``: as Nomad."""
         with self.state.condition:
             self.state.fault = kind
 

@@ -12,6 +12,8 @@ it is shown:
 - ``strip``: a GPU's last day as segments of a strip
 - ``fleet_table``: the text tables of ``fleet ls`` and ``fleet check``
 - ``fleet_metrics``: the fleet's ``/metrics``
+- ``watch_metrics``: the watches on Nomad and what reading Nomad costs, the node's and the
+  fleet's under one set of names
 - ``act_table``: what ``fleet plan`` and ``fleet audit`` print: the plan and the audit
 - ``act_metrics``: the actor's series of the fleet's ``/metrics``: the plan, notices, acts, the lock
 - ``fleet_page``: the fleet's page

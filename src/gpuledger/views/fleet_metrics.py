@@ -26,6 +26,7 @@ from gpuledger.model.snapshots import FleetSnapshot, FleetWatchStats
 from gpuledger.model.text import text_of
 from gpuledger.views.act_metrics import acting_families
 from gpuledger.views.metrics import JOB_LABELS, build_family, exposition, finding_labels
+from gpuledger.views.watch_metrics import cost_families, watch_families
 
 __all__ = ["FleetCollector", "render"]
 
@@ -191,43 +192,8 @@ def _sweep_families(snap: FleetSnapshot) -> Iterator[Metric]:
 
 def _watch_families(watches: tuple[FleetWatchStats, ...]) -> Iterator[Metric]:
     """What each watch on Nomad stands at, and what reading Nomad has cost it."""
-    ep = ["endpoint"]
-    index = GaugeMetricFamily("gpuledger_nomad_watch_index",
-                              "The X-Nomad-Index the watch asks next (0: a plain read).",
-                              labels=ep)  # fmt: skip
-    watching = GaugeMetricFamily(
-        "gpuledger_nomad_watching",
-        "1 while blocking queries work; 0 while the watch polls at the interval or fails.",
-        labels=ep,
-    )
-    age = GaugeMetricFamily(
-        "gpuledger_nomad_view_age_seconds",
-        "Seconds since the watch's last good answer from Nomad (absent before the first).",
-        labels=ep,
-    )
-    restarts = CounterMetricFamily(
-        "gpuledger_nomad_watch_restarts",
-        "Times the watch's thread died and was started again.",
-        labels=ep,
-    )
-    requests = CounterMetricFamily(
-        "gpuledger_nomad_requests", "Answers received from Nomad, by endpoint.", labels=ep
-    )
-    body = CounterMetricFamily(
-        "gpuledger_nomad_response_bytes",
-        "Bytes of the bodies of Nomad's answers, by endpoint.",
-        labels=ep,
-    )
-    for w in watches:
-        label = [text_of(w.endpoint)]
-        index.add_metric(label, float(w.index))
-        watching.add_metric(label, 1.0 if w.watching else 0.0)
-        if w.view_age_s is not None:
-            age.add_metric(label, w.view_age_s)
-        restarts.add_metric(label, float(w.restarts))
-        requests.add_metric(label, float(w.requests))
-        body.add_metric(label, float(w.response_bytes))
-    yield from (index, watching, age, restarts, requests, body)
+    yield from watch_families((([text_of(w.endpoint)], w) for w in watches), ["endpoint"])
+    yield from cost_families((text_of(w.endpoint), w.requests, w.response_bytes) for w in watches)
 
 
 def render(snapshot: FleetSnapshot | None, accept: str) -> tuple[bytes, str]:

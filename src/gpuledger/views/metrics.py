@@ -3,7 +3,7 @@
 Base units (utilisation as a 0-1 ratio, memory in bytes), counters ending in ``_total``, no
 ``pid`` or ``alloc_id`` label (they churn: they belong in ``/findings``), and the Nomad job
 label is ``nomad_job``, never ``job`` (Prometheus owns that one). The watch on Nomad's
-allocations is read live at each scrape, not from the snapshot (``watch_families``): its index,
+allocations is read live at each scrape, not from the snapshot (``views/watch_metrics``): its index,
 the age of its view, its restarts, and the requests and bytes gpuledger cost Nomad.
 
 Health: ``views/health_metrics.py``.
@@ -35,6 +35,7 @@ from gpuledger.views.owner_metrics import (
     owner_label_names,
     owner_values,
 )
+from gpuledger.views.watch_metrics import cost_families, watch_families
 
 if TYPE_CHECKING:
     from gpuledger.controller.nomad_watch import WatchStats
@@ -69,51 +70,15 @@ class SnapshotCollector:
             yield _finding_open_family(self.snapshot.ledger, self.snapshot.owner_keys)
             yield from health_families(self.snapshot.ledger)
         if self.watch is not None:
-            yield from watch_families(self.watch)
+            yield from _node_watch_families(self.watch)
 
 
-def watch_families(stats: WatchStats) -> Iterator[Metric]:
-    """The watch on Nomad's allocations, and what reading Nomad has cost it (the same names as
-    the fleet's for its own reads)."""
-    yield GaugeMetricFamily(
-        "gpuledger_nomad_watch_index",
-        "The X-Nomad-Index the watch asks next (0: a plain read).",
-        value=float(stats.index),
-    )
-    yield GaugeMetricFamily(
-        "gpuledger_nomad_watching",
-        "1 while blocking queries work; 0 while the watch polls at the interval or fails.",
-        value=1.0 if stats.watching else 0.0,
-    )
-    age = GaugeMetricFamily(
-        "gpuledger_nomad_view_age_seconds",
-        "Seconds since the watch's last good answer from Nomad (absent before the first).",
-        labels=[],
-    )
-    if stats.view_age_s is not None:
-        age.add_metric([], stats.view_age_s)
-    yield age
-    yield CounterMetricFamily(
-        "gpuledger_nomad_watch_restarts",
-        "Times the watch's thread died and was started again.",
-        value=float(stats.restarts),
-    )
-    requests = CounterMetricFamily(
-        "gpuledger_nomad_requests",
-        "Answers received from Nomad, by endpoint.",
-        labels=["endpoint"],
-    )
-    for endpoint, count in sorted(stats.requests.items()):
-        requests.add_metric([endpoint], float(count))
-    yield requests
-    body = CounterMetricFamily(
-        "gpuledger_nomad_response_bytes",
-        "Bytes of the bodies of Nomad's answers, by endpoint.",
-        labels=["endpoint"],
-    )
-    for endpoint, count in sorted(stats.response_bytes.items()):
-        body.add_metric([endpoint], float(count))
-    yield body
+def _node_watch_families(stats: WatchStats) -> Iterator[Metric]:
+    """The watch on Nomad's allocations, and what reading Nomad has cost it (the fleet's
+    names, ``views/watch_metrics``, without the ``endpoint`` of a watch: the node has one)."""
+    yield from watch_families([((), stats)], [])
+    counts = sorted(stats.requests.items())
+    yield from cost_families((e, n, stats.response_bytes.get(e, 0)) for e, n in counts)
 
 
 def build_family() -> InfoMetricFamily:
