@@ -125,18 +125,24 @@ def test_real_xid_lines_in_the_kernel_log_judge_the_cards_they_name(demo_world: 
     doc = check_json(demo_world)
     found = health(doc)
     by_gpu = {g["index"]: g["uuid"] for g in doc["gpus"]}
-    # 07:00 logged 48 then 64 (both of the default list); cb:00 logged 13 and 109 (neither);
-    # 9b:00 logged 94; 44:00 logged 79. NVLink's 0019:01:00 and 0018:01:00 are no GPU here.
+    # By NVIDIA's Xid catalog's immediate action: 07:00 logged 48 (WORKFLOW_XID_48: a reset) then
+    # 64 (RESET_GPU); cb:00 logged 13 (RESTART_APP) and 109 (RESET_GPU); 9b:00 logged 94
+    # (RESTART_APP: a contained error); 44:00 logged 79 (RESTART_BM). NVLink's 0019:01:00 and
+    # 0018:01:00 are no GPU here.
     assert {gpu for code, gpu in found if code == "gpu-unhealthy"} == {
         by_gpu[0],
-        by_gpu[2],
+        by_gpu[1],
         by_gpu[3],
     }
     assert found[("gpu-unhealthy", by_gpu[0])]["message"].startswith(
         "GPU 0 is failing: 2 Xid errors since "
     )
-    assert found[("gpu-unhealthy", by_gpu[2])]["subject"]["xid"] == 94
+    assert found[("gpu-unhealthy", by_gpu[1])]["subject"]["xid"] == 109
     assert "Xid 79 (GPU has fallen off the bus)" in found[("gpu-unhealthy", by_gpu[3])]["message"]
+    xid_warnings = {f["gpu"]: f for f in doc["findings"] if f["code"] == "gpu-xid"}
+    assert set(xid_warnings) == {by_gpu[1], by_gpu[2]}
+    assert xid_warnings[by_gpu[2]]["level"] == "WARN"
+    assert xid_warnings[by_gpu[2]]["subject"]["xid"] == 94
     # Every line the log holds is in the ledger, the ones no GPU has too.
     assert sorted((x["pci"], x["xid"]) for x in doc["xids"]) == sorted(EXPECTED)
 

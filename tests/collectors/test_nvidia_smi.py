@@ -623,6 +623,18 @@ CAPTURED_COUNTERS: dict[str, dict[str, Any]] = {
 }
 
 
+# By hand, each capture's pstate column (idle, load): the GeForce cards idle at P8 and load at P2;
+# the data centre cards stay in P0.
+_GEFORCE_PSTATES = {"idle": 8, "load": 2}
+CAPTURED_PSTATE: dict[str, dict[str, int]] = {
+    "linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05": _GEFORCE_PSTATES,
+    "linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04": _GEFORCE_PSTATES,
+    "linux-x86_64__nvidia-geforce-rtx-4080-super__595.71.05": _GEFORCE_PSTATES,
+    "windows-x86_64__nvidia-geforce-rtx-2080-super__591.86": _GEFORCE_PSTATES,
+    "windows-x86_64__nvidia-geforce-rtx-2080-super__610.62": _GEFORCE_PSTATES,
+}
+
+
 def captured_health(capture: str, phase: str) -> GpuHealth:
     gen, gen_max, width, width_max = CAPTURED_PCIE[capture][phase]
     return GpuHealth(
@@ -633,6 +645,7 @@ def captured_health(capture: str, phase: str) -> GpuHealth:
         # clocks_event_reasons.hw_slowdown and .hw_power_brake_slowdown: "Not Active" in all.
         hw_slowdown=False,
         power_brake=False,
+        performance_state=CAPTURED_PSTATE.get(capture, {}).get(phase, 0),
         **CAPTURED_COUNTERS.get(capture, {}),
     )
 
@@ -748,6 +761,7 @@ def test_replays_the_legacy_drivers(
                     pcie_width_max=16,
                     hw_slowdown=False,
                     power_brake=False,
+                    performance_state=8,  # pstate "P8" in each row
                 ),
             ),
         )

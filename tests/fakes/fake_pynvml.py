@@ -334,6 +334,11 @@ class FakePynvml(ModuleType):
         """The lanes the card and the host allow."""
         return self._pcie(handle, "nvmlDeviceGetMaxPcieLinkWidth", "pcie_width_max")
 
+    def nvmlDeviceGetPerformanceState(self, handle: _Handle) -> int:  # noqa: N802
+        """The performance state now, 0 (P0) to 15."""
+        self._enter("nvmlDeviceGetPerformanceState", handle)
+        return int(self._health_value(handle, "pstate", "performance_state"))
+
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:  # noqa: N802
         """The event-reason bitmask (driver 535 and later)."""
         self._enter("nvmlDeviceGetCurrentClocksEventReasons", handle)

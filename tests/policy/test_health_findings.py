@@ -62,9 +62,16 @@ def card(
     reservation: AllocRef | None = None,
     mig: bool = False,
     instances: tuple[LedgerInstance, ...] = (),
+    util: float | None = None,
 ) -> LedgerGpu:
     gpu = Gpu(
-        index=0, uuid=uuid, name="NVIDIA H100", pci_bus_id=bus, health=health, mig_enabled=mig
+        index=0,
+        uuid=uuid,
+        name="NVIDIA H100",
+        pci_bus_id=bus,
+        health=health,
+        mig_enabled=mig,
+        utilization_percent=util,
     )
     state = GpuState.MIG if mig else (GpuState.HELD if reservation else GpuState.FREE)
     return LedgerGpu(gpu, state, reservation, (), instances=instances)
@@ -80,9 +87,15 @@ def ledger(
     return Ledger(NODE, NOW, sources or UP, gpus, xids=xids, lost=lost, devices=devices)
 
 
-def found(led: Ledger, code: Code, policy_text: str | None = None) -> list[Finding]:
+def found(
+    led: Ledger, code: Code, policy_text: str | None = None, since: Since | None = None
+) -> list[Finding]:
     policy = parse_policy(policy_text, "p.yaml") if policy_text else default_policy()
-    return [f for f in evaluate(led, policy, Since(), NOW) if f.code is code]
+    return [f for f in evaluate(led, policy, since or Since(), NOW) if f.code is code]
+
+
+BUSY_FOR = Since(link_reduced={UUID: NOW - timedelta(minutes=5)})
+"""A card busy with a reduced link for five minutes, by the history."""
 
 
 def xid(number: int, ago: timedelta, pci: str = "0000:3b:00") -> XidEvent:
@@ -148,22 +161,26 @@ def test_each_fault_is_named_worst_first() -> None:
         pcie_width=8,
         pcie_width_max=16,
     )
-    [f] = found(ledger(card(health), xids=(xid(79, timedelta(hours=1)),)), Code.GPU_UNHEALTHY)
+    led = ledger(card(health, util=90), xids=(xid(79, timedelta(hours=1)),))
+    [f] = found(led, Code.GPU_UNHEALTHY, since=BUSY_FOR)
     assert f.subject["faults"] == (
         "ecc-uncorrected,remap-failure,remap-pending,retired-pages-pending,xid,pcie-width"
     )
     assert f.subject["xid"] == 79
     assert "3 double-bit pages retired" in f.message
-    assert "its PCIe link runs at x8 of x16" in f.message
-    assert "Xid 79 (GPU has fallen off the bus) at 2026-12-02T11:00:00Z" in f.message
+    assert "its PCIe link runs at x8 of x16 while busy for 5m" in f.message
+    assert (
+        "Xid 79 (GPU has fallen off the bus) at 2026-12-02T11:00:00Z (NVIDIA's Xid catalog: "
+        "restart the machine)"
+    ) in f.message
 
 
 def test_a_switch_turned_off_is_no_fault_and_one_turned_on_is() -> None:
     narrow = GpuHealth(pcie_width=8, pcie_width_max=16, pcie_gen=3, pcie_gen_max=5)
     off = "version: 1\nfindings:\n  gpu-unhealthy: {pcie_width_below_max: false}\n"
-    assert found(ledger(card(narrow)), Code.GPU_UNHEALTHY, off) == []
+    assert found(ledger(card(narrow, util=90)), Code.GPU_UNHEALTHY, off, BUSY_FOR) == []
     on = "version: 1\nfindings:\n  gpu-unhealthy: {pcie_gen_below_max: true}\n"
-    [f] = found(ledger(card(narrow)), Code.GPU_UNHEALTHY, on)
+    [f] = found(ledger(card(narrow, util=90)), Code.GPU_UNHEALTHY, on, BUSY_FOR)
     assert f.subject["faults"] == "pcie-width,pcie-gen"
     braked = GpuHealth(hw_slowdown=True, power_brake=True)
     assert found(ledger(card(braked)), Code.GPU_UNHEALTHY) == []  # off by default
@@ -181,7 +198,7 @@ def test_an_xid_of_the_list_stays_for_the_window_then_goes() -> None:
     recent = xid(48, timedelta(hours=23, minutes=59))
     [f] = found(ledger(card(), xids=(recent,)), Code.GPU_UNHEALTHY)
     assert f.subject == {"faults": "xid", "xid": 48, "allocId": None}
-    assert "Xid 48 (double-bit ECC error) at 2026-12-01T12:01:00Z" in f.message
+    assert "Xid 48 (Double Bit ECC Error) at 2026-12-01T12:01:00Z" in f.message
     old = xid(48, timedelta(hours=24, seconds=1))
     assert found(ledger(card(), xids=(old,)), Code.GPU_UNHEALTHY) == []
     short = "version: 1\nfindings:\n  gpu-unhealthy: {xid_window: 1h}\n"
@@ -204,11 +221,18 @@ def test_an_xid_from_the_future_is_not_counted() -> None:
 
 
 def test_several_xids_are_counted_since_the_first() -> None:
-    events = (xid(94, timedelta(hours=5)), xid(95, timedelta(hours=2)), xid(13, timedelta(1)))
+    # 95 and 48 need a reset (the catalog's RESET_GPU, WORKFLOW_XID_48); 94 and 13 need only the
+    # application restarted, and are no fault of the card.
+    events = (
+        xid(48, timedelta(hours=5)),
+        xid(94, timedelta(hours=4)),
+        xid(95, timedelta(hours=2)),
+        xid(13, timedelta(1)),
+    )
     [f] = found(ledger(card(None), xids=events), Code.GPU_UNHEALTHY)
     assert f.message == (
         "GPU 0 is failing: 2 Xid errors since 2026-12-02T07:00:00Z, the latest Xid 95 "
-        "(uncontained ECC error) at 2026-12-02T10:00:00Z"
+        "(Uncontained memory error) at 2026-12-02T10:00:00Z (NVIDIA's Xid catalog: reset the GPU)"
     )
 
 
@@ -384,7 +408,11 @@ def test_policy_check_names_each_bad_health_key_by_line_and_column(tmp_path: Pat
 
 def test_the_shipped_policy_parses_to_the_documented_defaults() -> None:
     rule = default_policy().rule(Code.GPU_UNHEALTHY, "n1")
-    assert rule.xids == (48, 63, 64, 74, 79, 92, 93, 94, 95)
+    assert rule.xids is None  # NVIDIA's catalog decides
+    assert (rule.xids_fault, rule.xids_warn, rule.xids_ignored) == ((), (), ())
+    assert (rule.pcie_busy_percent, rule.pcie_after) == (5.0, timedelta(minutes=1))
+    assert rule.kernel_only_logs == ()
+    assert default_policy().rule(Code.GPU_XID, "n1").level is Level.WARN
     assert rule.xid_window == timedelta(hours=24)
     assert (rule.ecc_uncorrected, rule.pcie_width_below_max, rule.pcie_gen_below_max) == (
         0,

@@ -201,8 +201,8 @@ BAD = {
         "- on: reserved_idle\n  notify: true\n",
         "p.yaml:3:9: actions[0].on: 'reserved_idle' is not a finding code: one of "
         "controller-missing, device-health-mismatch, device-unscheduled, encoder-saturated, "
-        "gpu-unhealthy, held-idle, hot, policy-invalid, reserved-idle, source-unavailable, "
-        "unmanaged-tenant, unreserved-tenant",
+        "gpu-unhealthy, gpu-xid, held-idle, hot, policy-invalid, reserved-idle, "
+        "source-unavailable, unmanaged-tenant, unreserved-tenant",
     ),
     "no code": (
         "- notify: true\n",

@@ -58,8 +58,8 @@ def test_policy_check_reports_every_seeded_problem_with_its_line_and_column(
         f"{path}:4:16: findings.hot.level: 'SEVERE' is not one of OK, WARN, BAD, ERROR, off",
         f"{path}:5:3: findings.hott: unknown finding code 'hott'; allowed: controller-missing, "
         "device-health-mismatch, device-unscheduled, encoder-saturated, gpu-unhealthy, "
-        "held-idle, hot, policy-invalid, reserved-idle, source-unavailable, unmanaged-tenant, "
-        "unreserved-tenant; did you mean 'hot'?",
+        "gpu-xid, held-idle, hot, policy-invalid, reserved-idle, source-unavailable, "
+        "unmanaged-tenant, unreserved-tenant; did you mean 'hot'?",
         f"{path}:6:26: findings.reserved-idle.after: '6 hours' is not a duration such as 0s, "
         "90s, 30m, 6h or 1d12h",
         f"{path}:7:30: findings.held-idle.below_percent: 'high' is not a number from 0 to 100",

@@ -92,6 +92,8 @@ _PCIE = (
     "pcie.link.width.max",
 )
 _PCIE_OLD = ("pcie.link.gen.current", *_PCIE[1:])
+# "pstate": every capture's --help-query-gpu (465 to 610) lists it; asked on its own all the same.
+_PSTATE = ("pstate",)
 _HW_EVENT = ("clocks_event_reasons.hw_slowdown", "clocks_event_reasons.hw_power_brake_slowdown")
 _HW_THROTTLE = (
     "clocks_throttle_reasons.hw_slowdown",
@@ -114,6 +116,7 @@ _OPTIONAL = (
     _PCIE_OLD,
     _HW_EVENT,
     _HW_THROTTLE,
+    _PSTATE,
 )
 _FALLBACK_OF = {_THROTTLE: _EVENT, _PCIE_OLD: _PCIE, _HW_THROTTLE: _HW_EVENT}
 """An old spelling → the group whose refusal alone makes it worth asking."""
@@ -532,8 +535,17 @@ def parse_health(row: Mapping[str, str | None]) -> GpuHealth | None:
         pcie_width_max=_count(row.get(_PCIE[3])),
         hw_slowdown=_flag(row.get(hw[0]), "active", "not active"),
         power_brake=_flag(row.get(hw[1]), "active", "not active"),
+        performance_state=_pstate(row.get(_PSTATE[0])),
     )
     return None if health == _NOTHING else health
+
+
+def _pstate(cell: str | None) -> int | None:
+    """``P0``…``P15`` as 0…15; anything else (``[N/A]``, ``P32`` of "unknown") is unknown."""
+    text = (cell or "").strip().upper()
+    if len(text) in (2, 3) and text[0] == "P" and text[1:].isdigit() and int(text[1:]) <= 15:
+        return int(text[1:])
+    return None
 
 
 _NOTHING = GpuHealth()

@@ -288,6 +288,9 @@ class Nvml:
             ),
             hw_slowdown=hw,
             power_brake=brake,
+            performance_state=_pstate(
+                self._guarded("pstate", lambda: nv.nvmlDeviceGetPerformanceState(handle))
+            ),
         )
         return None if health == _NOTHING else health
 
@@ -470,6 +473,12 @@ def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return value
+
+
+def _pstate(value: Any) -> int | None:
+    """``nvmlDeviceGetPerformanceState``'s 0…15; its 32 (``NVML_PSTATE_UNKNOWN``) is unknown."""
+    count = _count(value)
+    return count if count is not None and count <= 15 else None
 
 
 def _bool(value: Any) -> bool | None:

@@ -84,6 +84,8 @@ def _mark_doc(m: GpuMark) -> dict[str, object]:
         "alloc": m.alloc,
         "heldIdleSince": iso_time(m.held_idle_since),
     }
+    if m.link_reduced_since is not None:
+        doc["linkReducedSince"] = iso_time(m.link_reduced_since)
     if m.interrupted is not None:
         doc["interrupted"] = _mark_doc(m.interrupted)
     return doc
@@ -198,6 +200,7 @@ class _Reader:
             since=self.time("since"),
             alloc=self.get("alloc", str, optional=True),
             held_idle_since=self.time("heldIdleSince", optional=True),
+            link_reduced_since=self.time("linkReducedSince", optional=True),
             interrupted=(
                 _Reader(before, f"{self.where}.interrupted").mark(interrupted=False)
                 if interrupted and before is not None

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerUnit, SourceName
+from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, LedgerUnit, SourceName
 from gpuledger.model.history_record import (
     GAP_INTERVALS,
     JOB_RETIREMENT,
@@ -45,7 +45,8 @@ from gpuledger.model.history_record import (
     Trail,
 )
 from gpuledger.policy.evaluate import JudgeMemo, evaluate
-from gpuledger.policy.rules import Policy
+from gpuledger.policy.faults import reduced_while_busy
+from gpuledger.policy.rules import Policy, Rule
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,30 @@ def _mark(
     if held_below(lgpu, policy, ledger.node.name):
         kept = previous.held_idle_since if previous is not None and same else None
         idle_since = kept or at
-    return GpuMark(state=lgpu.state, since=since, alloc=alloc, held_idle_since=idle_since)
+    link_since = None
+    if isinstance(lgpu, LedgerGpu) and reduced_while_busy(
+        lgpu.gpu, _health_rule(lgpu, policy, ledger)
+    ):
+        # Whatever the card's state did meanwhile: the link has been reduced under load since.
+        link_since = (previous.link_reduced_since if previous is not None else None) or at
+    return GpuMark(
+        state=lgpu.state,
+        since=since,
+        alloc=alloc,
+        held_idle_since=idle_since,
+        link_reduced_since=link_since,
+    )
+
+
+def _health_rule(lgpu: LedgerGpu, policy: Policy, ledger: Ledger) -> Rule:
+    """The ``gpu-unhealthy`` rule of a card, as the judge asks it (by its reservation)."""
+    res = lgpu.reservation
+    return policy.rule(
+        Code.GPU_UNHEALTHY,
+        ledger.node.name,
+        res.namespace if res else None,
+        res.job if res else None,
+    )
 
 
 def _unknown(previous: GpuMark | None, alloc: str | None, at: datetime) -> GpuMark:

@@ -136,6 +136,7 @@ HEALTH_KEYS: tuple[tuple[str, str], ...] = (
     ("pcieWidthMax", "pcie_width_max"),
     ("hwSlowdown", "hw_slowdown"),
     ("powerBrake", "power_brake"),
+    ("performanceState", "performance_state"),
 )
 """A GPU's ``health`` keys and the ``GpuHealth`` field each writes: the one table the writer
 and ``contract_read`` share."""

@@ -82,6 +82,10 @@ class GpuHealth:
     """The clocks are held down by hardware (``clocks_event_reasons.hw_slowdown``)."""
     power_brake: bool | None = None
     """The external power brake is asserted (``clocks_event_reasons.hw_power_brake_slowdown``)."""
+    performance_state: int | None = None
+    """The performance state now, 0 (P0, the most) to 15 (``pstate``,
+    ``nvmlDeviceGetPerformanceState``): with the utilisation, whether the card is busy, and so
+    whether a reduced link is a fault (issue 37)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,8 @@ class GpuMark:
     alloc: str | None = None
     """The reserving allocation: a new reservation of the same card starts its own time."""
     held_idle_since: datetime | None = None
+    link_reduced_since: datetime | None = None
+    """Since when the card has been busy with a PCIe link below its maximum (issue 37)."""
     interrupted: GpuMark | None = None
     """For an ``unknown`` mark: the known one it interrupted, resumed if the GPU comes back as
     it was within three intervals."""
@@ -109,4 +111,9 @@ class History:
                 if m.held_idle_since is not None
             },
             findings=dict(self.findings),
+            link_reduced={
+                uuid: m.link_reduced_since
+                for uuid, m in self.gpus.items()
+                if m.link_reduced_since is not None
+            },
         )

@@ -99,6 +99,7 @@ class Code(str, enum.Enum):
     GPU_UNHEALTHY = "gpu-unhealthy"
     DEVICE_UNSCHEDULED = "device-unscheduled"
     DEVICE_HEALTH_MISMATCH = "device-health-mismatch"
+    GPU_XID = "gpu-xid"
 
 
 _CODE_VALUES = {code: code.value for code in Code}
@@ -444,3 +445,5 @@ class Since:
     gpu_state: Mapping[str, tuple[GpuState, datetime]] = field(default_factory=dict)
     held_idle: Mapping[str, datetime] = field(default_factory=dict)
     findings: Mapping[tuple[str, str | None, str], datetime] = field(default_factory=dict)
+    link_reduced: Mapping[str, datetime] = field(default_factory=dict)
+    """Since when each card has been busy with a PCIe link below its maximum."""

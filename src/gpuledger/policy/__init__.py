@@ -8,8 +8,12 @@
 - ``globs``: globs that cannot match a name of their kind (a typo, not a rule)
 - ``evaluate``: the pure judge: a ledger, the since-whens and ``now`` in, findings out
 - ``faults``: a card's faults by the ``gpu-unhealthy`` rule, from the driver's health and Xids
-- ``judge_health``: the judge of health and of Nomad's devices (``gpu-unhealthy``,
+- ``judge_health``: the judge of health and of Nomad's devices (``gpu-unhealthy``, ``gpu-xid``,
   ``device-unscheduled``, ``device-health-mismatch``)
+- ``xid_catalog``: NVIDIA's Xid catalog as data (``xid_catalog.csv``), what each immediate action
+  asks, and what a driver's line says beyond its code
+- ``xid_calls``: one Xid event judged: the policy's word on its code, the line's, the catalog's,
+  and the trust its source earns
 - ``wording``: how a finding words its subject, its owner and its spans
 - ``prices_load``: the prices file (``report --prices``), every problem by file and line
 - ``owner_map``: the owner map file (owner or team to e-mail address), every problem by line

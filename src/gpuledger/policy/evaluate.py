@@ -312,6 +312,7 @@ class _Judge:
             found = check(lgpu)
             if found:
                 yield found
+        yield from self.health.xid_warnings(lgpu)
 
     def rule(
         self, code: Code, namespace: str | None, job: str | None, profile: str | None = None

@@ -1,10 +1,11 @@
 """The judge of a card's health and of Nomad's word on its devices: ``gpu-unhealthy``,
-``device-unscheduled`` and ``device-health-mismatch`` (issue 25). Pure, like the judge it works
-for (``evaluate.py``), whose rules, clock and finding builder it uses.
+``gpu-xid`` (issue 37), ``device-unscheduled`` and ``device-health-mismatch`` (issue 25). Pure,
+like the judge it works for (``evaluate.py``), whose rules, clock and finding builder it uses.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Protocol
@@ -24,8 +25,10 @@ from gpuledger.model import (
 )
 from gpuledger.model.contract import iso_time
 from gpuledger.model.health import pci_key
-from gpuledger.policy.faults import Fault, card_faults
+from gpuledger.policy.faults import Fault, LinkState, busy, card_faults, xid_words
 from gpuledger.policy.rules import Rule
+from gpuledger.policy.xid_calls import JudgedXid, judged_xids
+from gpuledger.policy.xid_catalog import XidCall
 
 __all__ = ["HealthJudge"]
 
@@ -97,7 +100,8 @@ class HealthJudge:
         xids = self.card_xids(gpu.pci_bus_id)
         if gpu.health is None and not xids:
             return None
-        faults = card_faults(gpu.health, xids, rule, self.judge.now)
+        link = LinkState(busy(gpu, rule), self.judge.since.link_reduced.get(gpu.uuid))
+        faults = card_faults(gpu.health, xids, rule, self.judge.now, link)
         self.faults[gpu.uuid] = faults
         if not faults:
             return None
@@ -113,12 +117,66 @@ class HealthJudge:
                 f"; job {alloc.job} (allocation {alloc.id}, task {alloc.task}) runs on it: "
                 "its results may be wrong"
             )
+        latest = _latest_fault(xids, rule, self.judge.now, faults)
         subject: dict[str, str | int | None] = {
             "faults": ",".join(f.name for f in faults),
-            "xid": _latest_xid(xids, faults),
+            "xid": latest.event.xid if latest else None,
             "allocId": alloc.id if alloc else None,
         }
+        if latest is not None and latest.event.instance:
+            subject |= _instance_subject(lgpu, latest.event.instance)
         return self.judge.finding(Code.GPU_UNHEALTHY, rule, gpu.uuid, "gpu", message, subject)
+
+    def xid_warnings(self, lgpu: LedgerGpu) -> Iterator[Finding]:
+        """``gpu-xid``: the Xids of the card that are at most a warning (an application's
+        error, a contained one, a fault only a text log tells), one finding per unit hit (the
+        card, or the MIG instance the line names), naming the job that hit it."""
+        gpu, res = lgpu.gpu, lgpu.reservation
+        xids = self.card_xids(gpu.pci_bus_id)
+        if not xids:
+            return
+        unhealthy = self.judge.rule(
+            Code.GPU_UNHEALTHY, res.namespace if res else None, res.job if res else None
+        )
+        warned: dict[str | None, list[JudgedXid]] = {}
+        for judged in judged_xids(xids, unhealthy, self.judge.now):
+            if judged.call is XidCall.WARN:
+                warned.setdefault(judged.event.instance, []).append(judged)
+        for instance, events in warned.items():
+            found = self.xid_warning(lgpu, instance, events)
+            if found:
+                yield found
+
+    def xid_warning(
+        self, lgpu: LedgerGpu, instance: str | None, events: list[JudgedXid]
+    ) -> Finding | None:
+        unit, said = _unit_of(lgpu, instance)
+        alloc = _running_on(unit) if isinstance(unit, LedgerGpu) else _instance_alloc(unit)
+        rule = self.judge.rule(
+            Code.GPU_XID, alloc.namespace if alloc else None, alloc.job if alloc else None
+        )
+        latest = events[-1]
+        words = f"{xid_words(latest.event)} ({latest.why})"
+        if len(events) > 1:
+            words = (
+                f"{len(events)} Xid errors since {iso_time(events[0].event.at)}, the latest {words}"
+            )
+        message = f"{unit.label}{said}: {words}"
+        who = alloc.job if alloc else latest.event.process
+        if alloc is not None:
+            message += f"; job {alloc.job} (allocation {alloc.id}, task {alloc.task}) runs on it"
+        elif latest.event.process:
+            message += f"; process {latest.event.process} (pid {latest.event.pid}) hit it"
+        subject: dict[str, str | int | None] = {
+            "xid": latest.event.xid,
+            "allocId": alloc.id if alloc else None,
+            "job": who,
+            "pid": latest.event.pid,
+            "trusted": "yes" if latest.event.trusted else "no",
+        }
+        if instance:
+            subject |= _instance_subject(lgpu, instance)
+        return self.judge.finding(Code.GPU_XID, rule, unit.uuid, "xid", message, subject)
 
     def lost(self) -> Iterator[Finding]:
         """A GPU the driver can no longer reach: a fault of that card, not an outage."""
@@ -156,7 +214,9 @@ class HealthJudge:
             )
         subject: dict[str, str | int | None] = {
             "faults": ",".join(["gpu-lost", *(f.name for f in recent)]),
-            "xid": _latest_xid(xids, recent),
+            "xid": (
+                j.event.xid if (j := _latest_fault(xids, rule, self.judge.now, recent)) else None
+            ),
             "allocId": reserved.reservation.id if reserved is not None else None,
         }
         return self.judge.finding(Code.GPU_UNHEALTHY, rule, gpu, "gpu", message, subject)
@@ -259,7 +319,40 @@ def _running_on(lgpu: LedgerGpu) -> AllocRef | None:
     return None
 
 
-def _latest_xid(xids: list[XidEvent], faults: list[Fault]) -> int | None:
+def _instance_alloc(unit: LedgerUnit) -> AllocRef | None:
+    """The allocation that runs on a MIG instance: its reservation, else a tenant's."""
+    if unit.reservation is not None:
+        return unit.reservation
+    return next((t.alloc for t in unit.tenants if t.alloc is not None), None)
+
+
+def _latest_fault(
+    xids: list[XidEvent], rule: Rule, now: datetime, faults: list[Fault]
+) -> JudgedXid | None:
+    """The latest Xid judged a fault, when the card's faults hold one."""
     if not any(f.name == "xid" for f in faults):
         return None
-    return max(xids, key=lambda e: e.at).xid if xids else None
+    judged = [j for j in judged_xids(xids, rule, now) if j.call is XidCall.FAULT]
+    return judged[-1] if judged else None
+
+
+_GPU_INSTANCE = re.compile(r"GPU-I:\s*(\d+)")
+
+
+def _unit_of(lgpu: LedgerGpu, instance: str | None) -> tuple[LedgerUnit, str]:
+    """The MIG instance whose GPU instance id the line names (``GPU-I:05``), where the ledger
+    knows it; else the card, and words that say which instance the line named."""
+    if not instance:
+        return lgpu, ""
+    match = _GPU_INSTANCE.search(instance)
+    gi = int(match[1]) if match else None
+    for unit in lgpu.instances:
+        if gi is not None and unit.instance.gpu_instance_id == gi:
+            return unit, ""
+    return lgpu, f" (the driver names its MIG instance {instance}, which the ledger does not know)"
+
+
+def _instance_subject(lgpu: LedgerGpu, instance: str) -> dict[str, str | int | None]:
+    """The MIG instance an Xid line names: as the driver wrote it, and its UUID if known."""
+    unit, _ = _unit_of(lgpu, instance)
+    return {"instance": instance, "migDevice": unit.uuid if unit is not lgpu else None}

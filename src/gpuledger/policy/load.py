@@ -65,7 +65,8 @@ CARD_SCOPED = frozenset(
 )
 """Codes whose findings are about a whole card or the node, never a MIG instance's profile."""
 
-_DURATION_KEYS = ("after", "xid_window")
+_DURATION_KEYS = ("after", "xid_window", "pcie_after")
+_XID_LISTS = ("xids", "xids_fault", "xids_warn", "xids_ignored")
 _FLAGS = frozenset(
     {
         "retired_pages_pending",
@@ -95,6 +96,7 @@ def _beyond_schema(doc: Located) -> Iterator[Problem]:
     yield from actions_beyond_schema(doc)
     yield from _exemption_globs(doc, ("findings",), root.get("findings"))
     yield from _durations(doc, ("findings",), root.get("findings"))
+    yield from _xid_lists(doc, ("findings",), root.get("findings"))
     overrides = root.get("overrides")
     for i, override in enumerate(overrides if isinstance(overrides, list) else []):
         if not isinstance(override, dict):
@@ -109,6 +111,7 @@ def _beyond_schema(doc: Located) -> Iterator[Problem]:
         findings = override.get("findings")
         yield from _exemption_globs(doc, (*here, "findings"), findings)
         yield from _durations(doc, (*here, "findings"), findings)
+        yield from _xid_lists(doc, (*here, "findings"), findings)
         scoped = [k for k in ("namespace", "job") if k in match]
         for code in findings if isinstance(findings, dict) else ():
             if scoped and code in {c.value for c in NODE_SCOPED}:
@@ -140,6 +143,26 @@ def _durations(doc: Located, path: JsonPath, findings: Any) -> Iterator[Problem]
                     yield doc.problem((*path, code, key), str(exc))
 
 
+def _xid_lists(doc: Located, path: JsonPath, findings: Any) -> Iterator[Problem]:
+    """An Xid named in two of ``xids``, ``xids_fault``, ``xids_warn``, ``xids_ignored``: which
+    one the policy means cannot be told."""
+    rule = findings.get(Code.GPU_UNHEALTHY.value) if isinstance(findings, dict) else None
+    if not isinstance(rule, dict):
+        return
+    first: dict[int, str] = {}
+    for key in _XID_LISTS:
+        codes = rule.get(key)
+        for i, xid in enumerate(codes if isinstance(codes, list) else []):
+            if not isinstance(xid, int) or isinstance(xid, bool):
+                continue
+            if xid in first and first[xid] != key:
+                yield doc.problem(
+                    (*path, Code.GPU_UNHEALTHY.value, key, i),
+                    f"Xid {xid} is in {first[xid]} too: name each Xid in one list only",
+                )
+            first.setdefault(xid, key)
+
+
 def _exemption_globs(doc: Located, path: JsonPath, findings: Any) -> Iterator[Problem]:
     rule = findings.get(Code.UNMANAGED_TENANT.value) if isinstance(findings, dict) else None
     if not isinstance(rule, dict):
@@ -161,9 +184,9 @@ def _rule_changes(rule: Mapping[str, Any]) -> dict[str, Any]:
             changes[key] = parse_duration(value)
         elif key in _FLAGS:
             changes[key] = bool(value)
-        elif key in ("xids", "ignore_devices"):
+        elif key in (*_XID_LISTS, "ignore_devices", "kernel_only_logs"):
             changes[key] = tuple(value)
-        elif key == "below_percent":
+        elif key in ("below_percent", "pcie_busy_percent"):
             changes[key] = float(value)
         elif key in ("margin_c", "temp_max_c", "ecc_uncorrected"):
             changes[key] = int(value)

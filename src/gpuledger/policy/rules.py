@@ -21,11 +21,9 @@ from gpuledger.policy.note_rules import NoteRules
 
 MaxSessions = int | Literal["card"]
 
-DEFAULT_XIDS = (48, 63, 64, 74, 79, 92, 93, 94, 95)
-"""The Xids that make a card unhealthy by default (NVIDIA's Xid catalogue): 48 a double-bit ECC
-error, 63 and 64 a row remap pending or failed, 74 an NVLink error, 79 the GPU fallen off the
-bus, 92 a high single-bit ECC rate, 93 the InfoROM's wear limit, 94 and 95 a contained and an
-uncontained ECC error."""
+LEGACY_XIDS = (48, 63, 64, 74, 79, 92, 93, 94, 95)
+"""The Xids that made a card unhealthy before the catalog judged them (issue 37): a policy that
+lists ``xids: [48, 63, 64, 74, 79, 92, 93, 94, 95]`` gets that judgement back."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +48,24 @@ class Rule:
     pcie_gen_below_max: bool = False
     hw_slowdown: bool = False
     power_brake: bool = False
-    xids: tuple[int, ...] = DEFAULT_XIDS
+    xids: tuple[int, ...] | None = None
+    """Set (a policy written before issue 37): exactly these Xids are faults, as they were;
+    ``None``: NVIDIA's Xid catalog decides (``policy/xid_calls.py``)."""
+    xids_fault: tuple[int, ...] = ()
+    xids_warn: tuple[int, ...] = ()
+    xids_ignored: tuple[int, ...] = ()
+    """Xids the policy calls a fault, a warning (``gpu-xid``) or nothing, whatever the catalog
+    or the driver's line says."""
     xid_window: timedelta = timedelta(hours=24)
+    kernel_only_logs: tuple[str, ...] = ()
+    """Text logs (``--kernel-log`` paths) that only the kernel writes: their Xid lines are
+    trusted as ``/dev/kmsg`` records are; any other text log's lines are judged at most WARN."""
+    pcie_busy_percent: float = 5.0
+    """A card above this utilisation (or in performance state P0) is busy: only a busy card's
+    narrower or slower link is a fault (``nvidia-smi --help-query-gpu``: the current link "may
+    be reduced when the GPU is not in use")."""
+    pcie_after: timedelta = timedelta(minutes=1)
+    """How long a busy card's link must stay reduced before it is a fault."""
     ignore_devices: tuple[str, ...] = ()
 
     def with_changes(self, changes: Mapping[str, Any]) -> Rule:

@@ -28,7 +28,7 @@ only the ``clocks_throttle_reasons.*`` names, no ``remapped_rows.*``, ``pcie.lin
 but no ``…gpucurrent``, and ``memory.used`` that includes the reserved memory;
 ``unknown_fields`` lists ``--query-gpu`` fields the driver refuses (``mig.mode.*`` before R450),
 ``health_refused`` whole groups of them (``ecc``, ``retired``, ``remap``, ``pcie``,
-``hw_reasons``, ``bus``), each refused as the real tool refuses a field: exit 2.
+``hw_reasons``, ``bus``, ``pstate``), each refused as the real tool refuses a field: exit 2.
 
 Health (issue 25): a GPU's ``health`` maps ``GpuHealth`` field names to values (counts, and
 true/false printed ``Yes``/``No``, or ``Active``/``Not Active`` for ``hw_slowdown`` and

@@ -36,6 +36,8 @@ def _health(key: str, kind: str = "count") -> Getter:
             return word(value, "Active", "Not Active")
         if kind == "flag":
             return word(value, "Yes", "No")
+        if kind == "pstate":
+            return None if value is None else f"P{value}"
         return value
 
     return cell
@@ -60,6 +62,7 @@ HEALTH_COLUMNS: dict[str, tuple[str, Getter]] = {
     "pcie.link.width.max": ("", _health("pcie_width_max")),
     "clocks_event_reasons.hw_slowdown": ("", _health("hw_slowdown", "reason")),
     "clocks_event_reasons.hw_power_brake_slowdown": ("", _health("power_brake", "reason")),
+    "pstate": ("", _health("performance_state", "pstate")),
 }
 HEALTH_ALIASES = {
     "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
@@ -83,6 +86,7 @@ _HEALTH_GROUPS = {
         "clocks_throttle_reasons.hw_power_brake_slowdown",
     ),
     "bus": ("pci.bus_id", "gpu_bus_id"),
+    "pstate": ("pstate",),
 }
 
 

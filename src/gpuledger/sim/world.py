@@ -32,8 +32,8 @@ HealthDescription>``. ``xids`` [{gpu: uuid, xid, ago: seconds, detail}, or {line
 line as a real log holds it] are the driver's Xid lines in the kernel log the world writes
 (``kmsg``, in ``/dev/kmsg``'s record format, dated by the ``btime`` of the fake
 ``<proc-root>/stat``); ``kernel_log: unreadable`` makes it a file
-nobody may read; ``nvidia_health_refused`` [ecc, retired, remap, pcie, hw_reasons, bus] plays a
-driver that refuses those field groups.
+nobody may read; ``nvidia_health_refused`` [ecc, retired, remap, pcie, hw_reasons, bus, pstate]
+plays a driver that refuses those field groups.
 """
 
 from __future__ import annotations
