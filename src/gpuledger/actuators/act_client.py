@@ -289,7 +289,9 @@ class NomadActs(NomadApi):
             why = f"403 {said}: the token lacks {capability}; grant it as {ACT_POLICY} does"
             return ActOutcome(Result.REFUSED, status, self._redact(why))
         if status == 409 or (status == 500 and _INDEX_CHANGED in said):
-            return ActOutcome(Result.CHANGED, status, self._redact(f"{status} {said}"))
+            # A Variable's check-and-set answers the variable as it is now: the caller reads it.
+            body = resp.content[:65536]
+            return ActOutcome(Result.CHANGED, status, self._redact(f"{status} {said}"), body)
         if 400 <= status < 500:
             return ActOutcome(Result.REFUSED, status, self._redact(f"{status} {said}"))
         return ActOutcome(Result.FAILED, status, self._redact(f"{status} {said}"))
