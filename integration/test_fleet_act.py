@@ -436,7 +436,9 @@ def test_on_nomad_1_6_a_lease_one_actor_and_a_failover_no_act_twice(
         # b read a's stops back from Nomad's Variables: neither allocation is stopped twice.
         stopped = [w.path for w in nomad.writes_to(STOP)]
         assert sorted(stopped) == sorted({*stopped}) and len(stopped) == 2, stopped
-        assert not any("lock-" in w.path for w in nomad.writes)
+        lease = nomad.variables.items(LOCK) or {}
+        assert lease["holder"] == b.actions()["actor"] and int(lease["renewals"]) > 0
+        assert nomad.variables.holder(LOCK) is None
 
 
 def test_apply_on_a_nomad_without_variables_exits_2_naming_the_version(act_world: World) -> None:

@@ -73,8 +73,8 @@ def test_one_holder_the_other_told_who_and_no_lock_asked_of_nomad(
     assert not b.trusted()
     items = nomad.variables.items(PATH) or {}
     assert (items["holder"], items["ttl"], items["delay"]) == ("fleet-a", "10000ms", "15000ms")
+    assert set(items) == {"holder", "acquired", "renewed", "ttl", "delay", "renewals"}
     assert nomad.variables.holder(PATH) is None  # a plain variable: v1.6.5 has no locks
-    assert all("lock-" not in w.path and "lock-" not in str(w.body) for w in nomad.writes)
 
 
 def test_renewed_within_its_ttl_it_stays_held_for_hours(nomad: FakeNomad, time_: Time) -> None:

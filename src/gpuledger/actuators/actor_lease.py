@@ -190,7 +190,7 @@ class ActorLease:
         if doc is None:
             self._take(0)
             return
-        index, holder, wait = _variable(json.dumps(doc).encode())
+        index, holder, wait = _lease(doc)
         if index is None:
             self.state = LockView(self.path, held=False, error="lease: a Variable without an index")
             return
@@ -229,13 +229,20 @@ def _duration(value: object) -> timedelta | None:
     return min(max(span, low), high)
 
 
-def _variable(body: bytes) -> tuple[int | None, str | None, tuple[timedelta, timedelta] | None]:
-    """A variable's ``ModifyIndex``, its lease's holder (``""`` when released) and the lease's
-    TTL and delay, from Nomad's answer; ``None`` for each it lacks."""
+_Lease = tuple[int | None, str | None, tuple[timedelta, timedelta] | None]
+
+
+def _variable(body: bytes) -> _Lease:
+    """``_lease`` of the variable an answer's body holds."""
     try:
-        doc = json.loads(body)
+        return _lease(json.loads(body))
     except (ValueError, RecursionError):
         return None, None, None
+
+
+def _lease(doc: object) -> _Lease:
+    """A variable's ``ModifyIndex``, its lease's holder (``""`` when released) and the lease's
+    TTL and delay; ``None`` for each it lacks."""
     if not isinstance(doc, dict):
         return None, None, None
     index = doc.get("ModifyIndex")
