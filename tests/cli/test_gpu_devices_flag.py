@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -18,6 +19,9 @@ from typing import Any
 import pytest
 
 from gpuledger.cli import main
+from gpuledger.sim.fleet_payloads import sim_uuid
+from gpuledger.sim.fleet_sim import FleetSim, SimGpu, SimNode
+from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.world import World
 from tests.paths import REPO
 
@@ -63,6 +67,40 @@ def test_with_the_flag_the_example_plugins_device_is_the_jobs_gpu(
     assert gpu["state"] == "reserved-idle"
     assert gpu["reservation"]["allocId"] == MOCK_ALLOC
     assert gpu["reservation"]["job"] == "mock-user"
+
+
+def _fleet_ls(nomad: FakeNomad, sim: FleetSim, *extra: str) -> dict[str, Any]:
+    out = io.StringIO()
+    argv = ["fleet", "ls", "--json", "--targets", ",".join(sim.targets()),
+            "--nomad-addr", nomad.url, "--timeout", "2s", *extra]  # fmt: skip
+    main(argv, out=out)
+    doc: dict[str, Any] = json.loads(out.getvalue())
+    return doc
+
+
+def test_the_fleet_counts_a_nodes_gpus_of_the_kinds_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two nodes whose GPUs Nomad knows through the example plugin; one has no controller: a GPU
+    # node without one is missing, but only once its devices are GPUs to the fleet.
+    for name in [n for n in os.environ if n.startswith("NOMAD_")]:
+        monkeypatch.delenv(name)
+    gpus = [SimGpu(0, "GPU-" + sim_uuid("mock", 0), "NVIDIA H100 80GB HBM3", "free", 0.0, 0.0)]
+    nodes = [
+        SimNode("gpu-mock", sim_uuid("mock", 1), gpus, device_plugin="nomad/file/mock"),
+        SimNode("gpu-mock-alone", sim_uuid("mock", 2), [SimGpu(0, "GPU-" + sim_uuid("mock", 2),
+                "NVIDIA H100 80GB HBM3", "free", 0.0, 0.0)], controller=False,
+                device_plugin="nomad/file/mock"),
+    ]  # fmt: skip
+    with FleetSim(nodes) as sim, FakeNomad("00000000-0000-4000-8000-00000000f1ee") as nomad:
+        nomad.cluster = sim
+        before = _fleet_ls(nomad, sim)
+        after = _fleet_ls(nomad, sim, "--nomad-gpu-devices", "nomad/file/mock")
+    assert "gpu-mock-alone" not in {n["name"] for n in before["nodes"]}
+    alone = next(n for n in after["nodes"] if n["name"] == "gpu-mock-alone")
+    assert alone["status"] == "missing"
+    codes = {(f["code"], f["node"]) for f in after["findings"]}
+    assert ("controller-missing", "gpu-mock-alone") in codes
 
 
 @pytest.mark.parametrize(
