@@ -424,6 +424,9 @@ def test_on_nomad_1_6_a_lease_one_actor_and_a_failover_no_act_twice(
         assert (nomad.variables.items(LOCK) or {})["holder"] == holder
         assert nomad.variables.holder(LOCK) is None  # a plain Variable: no lock on 1.6
         until(lambda: len(nomad.writes_to(STOP)) == 2, why="the holder's two stops")
+        for _ in range(10):  # never both holding while both run
+            assert [a.actions()["lock"]["held"], b.actions()["lock"]["held"]] == [True, False]
+            time.sleep(0.3)
         killed = time.monotonic()
         a.stop(signal.SIGKILL)  # no release: the lease must expire
         until(lambda: b.actions()["lock"]["held"], wait=ttl + delay + 15, why="b takes over")
