@@ -59,12 +59,14 @@ class Recorder:
 
     def answer(self, answer: requests.Response, token: str | None) -> dict[str, Any]:
         """The recorded form of one answer."""
-        split = answer.request.path_url if answer.request else ""
+        sent = answer.request
+        body = sent.body.decode() if isinstance(sent.body, bytes) else sent.body
         return {
             "request": {
-                "method": answer.request.method if answer.request else "GET",
-                "path": self.scrub(split),
+                "method": sent.method,
+                "path": self.scrub(sent.path_url),
                 "token": token,
+                "body": json.loads(self.scrub(body)) if body else None,
             },
             "status": answer.status_code,
             "headers": {h: answer.headers[h] for h in HEADERS if h in answer.headers},
