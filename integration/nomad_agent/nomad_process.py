@@ -247,7 +247,9 @@ plugin "{DEVICE_PLUGIN}" {{
         self, path: str, method: str = "GET", token: str | None = "", **kw: Any
     ) -> requests.Response:
         with self.session(token) as s:
-            return s.request(method, self.addr + path, timeout=kw.pop("timeout", 30), **kw)
+            # verify per request: requests lets REQUESTS_CA_BUNDLE override a session's verify.
+            timeout = kw.pop("timeout", 30)
+            return s.request(method, self.addr + path, timeout=timeout, verify=s.verify, **kw)
 
     def _get_open(self, path: str) -> str | None:
         try:
