@@ -4,8 +4,9 @@ The agent gets a configuration of its own (never the machine's): it listens on 1
 on ports picked here; it never checks for updates and never probes a cloud's metadata address;
 ACLs are on; the Docker driver talks to the suite's private Docker Engine (``endpoint``, image
 garbage collection off: the test image is imported, no registry can give it back); ``raw_exec``
-is enabled (the reaper of dangling containers off: the suite's other containers, and the second
-agent's, share the engine); Nomad's own example device plugin reports one device per file of ``devices/``.
+is enabled (the reaper of dangling containers off: the suite's other containers, and the
+second agent's, share the engine); Nomad's own example device plugin reports one device per
+file of ``devices/``.
 
 Nothing here builds Nomad: the binary and the plugin folder come from ``GPULEDGER_NOMAD_BIN`` and
 ``GPULEDGER_NOMAD_PLUGIN_DIR`` (README of this folder).
