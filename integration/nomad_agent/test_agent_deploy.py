@@ -1,0 +1,300 @@
+"""gpuledger deployed by a real Nomad v1.6.5 from its own release (issue 39 item 1).
+
+The release is the ``release`` fixture's (``scripts/build-release``, or CI's folder in
+``GPULEDGER_RELEASE_DIR``); a loopback HTTP server serves it. ``gpuledger render`` writes the
+jobs from a values file whose artifact URL and checksum name that server's PEX and its line of
+SHA256SUMS; then ``nomad job validate``, ``nomad job plan`` and ``nomad job run``, as the docs
+tell a user. What runs is the real thing: Nomad downloads the PEX, checks its checksum and runs
+it with raw_exec; ``gpuledger serve`` reads the agent (token from the Nomad Variable the job's
+template reads), the suite's Docker Engine and the fake ``nvidia-smi``; it registers in Nomad's
+service discovery and passes its check; ``gpuledger fleet serve`` finds it there.
+
+The agent has no Consul: the default values (``service.provider: nomad``) are the no-Consul
+values, so every placement here is one on an agent without Consul.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from integration.daemons import free_port
+from integration.nomad_agent.conftest import (
+    DEVICES,
+    GPU_DEVICES_FLAG,
+    GPULEDGER,
+    Cluster,
+    FakeGpus,
+    gpuledger_knows,
+)
+from integration.nomad_agent.nomad_process import NomadAgent, device_ids, docker_job
+
+GPU_JOB = ("trainer", "default", "train")
+"""The suite's GPU job here: one Docker task reserving one of the example plugin's devices."""
+
+
+@dataclass
+class Release:
+    """The release's PEX as the clients download it: its URL and ``sha256:`` digest."""
+
+    url: str
+    checksum: str
+    folder: Path
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Nomad's downloads are not the test's output."""
+
+
+@pytest.fixture(scope="module")
+def served_release(release: Path) -> Iterator[Release]:
+    """The release folder on a loopback HTTP server, for the clients' ``artifact``."""
+    (pex,) = release.glob("gpuledger-*-linux-x86_64.pex")
+    sums: dict[str, str] = {}
+    for line in (release / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split("  ", 1)
+        sums[name] = digest
+    handler = functools.partial(_Quiet, directory=str(release))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        yield Release(f"http://127.0.0.1:{port}/{pex.name}", "sha256:" + sums[pex.name], release)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Scene:
+    """The GPU job running, its PID on its reserved device, and gpuledger's token stored."""
+
+    alloc: dict[str, Any]
+    pid: int
+    gpu: str
+    gpus: FakeGpus
+
+
+@pytest.fixture(scope="module")
+def scene(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
+    agent = cluster.agent
+    job, namespace, task = GPU_JOB
+    # the node controller's default constraint: the GPU nodes carry meta gpu = "true"
+    agent.cli("node", "meta", "apply", "-node-id", agent.node_id, "gpu=true")
+    # the token the job's template reads (values.yaml, nomad: the Variable nomad/jobs/<job>)
+    for name in ("gpuledger", "gpuledger-fleet"):
+        put = agent.api(
+            f"/v1/var/nomad/jobs/{name}?namespace=default",
+            "PUT",
+            json={"Items": {"nomad_token": cluster.tokens["gpuledger"]}},
+        )
+        assert put.status_code == 200, put.text
+    agent.run_job(docker_job(job, namespace, task, devices=1), job)
+    try:
+        alloc = agent.running_allocs(job, namespace)[0]
+        container = cluster.docker.client.containers.get(f"{task}-{alloc['ID']}")
+        pid = int(container.attrs["State"]["Pid"])
+        gpu = device_ids(alloc)[0]
+        gpus = FakeGpus(tmp_path_factory.mktemp("deploy-gpus"))
+        gpus.place({gpu: [pid]})
+        yield Scene(alloc, pid, gpu, gpus)
+    finally:
+        agent.cli("job", "stop", "-purge", "-detach", "-yes", job, check=False)
+        agent.cli("node", "meta", "apply", "-node-id", agent.node_id, "-unset", "gpu", check=False)
+
+
+def values(cluster: Cluster, scene: Scene, release: Release, **over: Any) -> dict[str, Any]:
+    """The values a user of this agent writes: the release, the agent's address, dynamic
+    ports free now (the suite shares the machine), and serve pointed at the fake GPUs."""
+    serve_args = [
+        "--gpu-backend", "nvidia-smi", "--nvidia-smi", str(scene.gpus.path),
+        "--docker", cluster.docker.url, "--podman", "off", "--kernel-log", "off",
+        "--timeout", "10s",
+    ]  # fmt: skip
+    if gpuledger_knows(("ls",), GPU_DEVICES_FLAG):
+        serve_args += [GPU_DEVICES_FLAG, DEVICES]
+    doc: dict[str, Any] = {
+        "artifact": {"url": release.url, "checksum": release.checksum},
+        "nomad": {"addr": cluster.agent.addr},
+        "node": {
+            "port": free_port(),
+            "interval": "5s",
+            "killTimeout": "10s",
+            "extraArgs": serve_args,
+        },
+        "fleet": {"port": free_port(), "interval": "5s"},
+    }
+    for key, value in over.items():
+        section, name = key.split("__")
+        doc.setdefault(section, {})[name] = value
+    return doc
+
+
+def render(folder: Path, doc: dict[str, Any], *args: str) -> dict[str, Path]:
+    """``gpuledger render -f values.yaml`` into ``folder``: the job files by name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "values.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    done = subprocess.run(
+        [*GPULEDGER, "render", "-f", str(path), "--output-dir", str(folder), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return {p.name: p for p in folder.glob("*.nomad.hcl")}
+
+
+def validate_plan_run(agent: NomadAgent, path: Path) -> str:
+    """What the docs tell a user: validate, plan (exit 1: it would place), run. The plan."""
+    done = agent.cli("job", "validate", str(path))
+    assert "Job validation successful" in done.stdout, done.stdout
+    plan = agent.cli("job", "plan", str(path), check=False)
+    assert plan.returncode in (0, 1), plan.stdout + plan.stderr  # 1: allocations to place
+    agent.cli("job", "run", "-detach", str(path))
+    return plan.stdout
+
+
+def service_url(agent: NomadAgent, name: str) -> str:
+    """The address Nomad's service discovery gives for ``name``, once it has one."""
+
+    def found() -> str | None:
+        regs = agent.api(f"/v1/service/{name}?namespace=default").json()
+        return f"http://{regs[0]['Address']}:{regs[0]['Port']}" if regs else None
+
+    url: str = agent._wait(found, f"service {name} registered")
+    return url
+
+
+def checks_pass(agent: NomadAgent, alloc: str) -> dict[str, Any]:
+    """The allocation's Nomad service checks, once every one of them passes."""
+
+    def passing() -> dict[str, Any] | None:
+        checks = agent.api(f"/v1/client/allocation/{alloc}/checks").json()
+        return checks if checks and all(c["Status"] == "success" for c in checks.values()) else None
+
+    result: dict[str, Any] = agent._wait(passing, f"allocation {alloc}'s checks passing")
+    return result
+
+
+def get_json(url: str) -> Any:
+    answer = requests.get(url, timeout=10)
+    return answer.json() if answer.status_code == 200 else None
+
+
+@dataclass
+class Deployed:
+    node_alloc: str
+    node_url: str
+    fleet_url: str
+    plans: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def deployed(
+    cluster: Cluster,
+    scene: Scene,
+    served_release: Release,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployed]:
+    """Both jobs, as rendered by default with this agent's values, running."""
+    agent = cluster.agent
+    files = render(tmp_path_factory.mktemp("render"), values(cluster, scene, served_release))
+    plans = {}
+    try:
+        for name in ("gpuledger.nomad.hcl", "gpuledger-fleet.nomad.hcl"):
+            plans[name] = validate_plan_run(agent, files[name])
+        (alloc,) = agent.running_allocs("gpuledger", "default")
+        yield Deployed(
+            alloc["ID"],
+            service_url(agent, "gpuledger"),
+            service_url(agent, "gpuledger-fleet"),
+            plans,
+        )
+    finally:
+        for job in ("gpuledger", "gpuledger-fleet"):
+            agent.cli("job", "stop", "-purge", "-yes", job, check=False)
+
+
+def test_the_system_job_is_planned_and_placed_on_the_dev_node(
+    cluster: Cluster, deployed: Deployed
+) -> None:
+    plan = deployed.plans["gpuledger.nomad.hcl"]
+    assert re.search(r'\+ Job: "gpuledger"', plan), plan
+    assert 'Task Group: "node" (1 create)' in plan, plan
+    alloc = cluster.agent.api(f"/v1/allocation/{deployed.node_alloc}").json()
+    assert alloc["NodeID"] == cluster.agent.node_id
+
+
+def test_nomad_downloaded_the_release_and_checked_its_checksum(
+    cluster: Cluster, deployed: Deployed, served_release: Release
+) -> None:
+    alloc = cluster.agent.api(f"/v1/allocation/{deployed.node_alloc}").json()
+    events = [e["Type"] for e in alloc["TaskStates"]["serve"]["Events"]]
+    assert "Downloading Artifacts" in events and "Started" in events, events
+    assert "Failed Artifact Download" not in events, events
+    pex = cluster.agent.folder / "data" / "alloc" / deployed.node_alloc / "serve" / "local"
+    digest = subprocess.run(
+        ["sha256sum", str(pex / "gpuledger.pex")], capture_output=True, text=True, check=True
+    ).stdout.split()[0]
+    assert "sha256:" + digest == served_release.checksum
+
+
+def test_serve_registers_its_service_and_passes_its_check(
+    cluster: Cluster, deployed: Deployed
+) -> None:
+    checks = checks_pass(cluster.agent, deployed.node_alloc)
+    (check,) = checks.values()
+    assert (check["Mode"], check["Status"], check["StatusCode"]) == (
+        "healthiness",
+        "success",
+        200,
+    ), check
+    assert requests.get(deployed.node_url + "/healthz", timeout=10).status_code == 200
+
+
+def test_the_ledger_shows_the_gpu_jobs_real_reservation(
+    cluster: Cluster, deployed: Deployed, scene: Scene
+) -> None:
+    def ledger_with_nomad() -> Any:
+        doc = get_json(deployed.node_url + "/ledger")
+        return doc if doc and doc["sources"]["nomad"]["ok"] else None
+
+    ledger = cluster.agent._wait(ledger_with_nomad, "a ledger that read Nomad")
+    assert ledger["node"]["nomadNodeId"] == cluster.agent.node_id
+    gpu = next(g for g in ledger["gpus"] if g["uuid"] == scene.gpu)
+    (tenant,) = gpu["tenants"]
+    assert tenant["pid"] == scene.pid
+    assert tenant["alloc"]["id"] == scene.alloc["ID"]
+    assert (tenant["alloc"]["namespace"], tenant["alloc"]["job"]) == ("default", GPU_JOB[0])
+    if gpuledger_knows(("ls",), GPU_DEVICES_FLAG):
+        assert gpu["state"] == "held"
+        assert gpu["reservation"]["allocId"] == scene.alloc["ID"]
+
+
+def test_the_fleet_finds_the_node_controller_through_nomads_service_discovery(
+    cluster: Cluster, deployed: Deployed
+) -> None:
+    def listed() -> Any:
+        doc = get_json(deployed.fleet_url + "/fleet")
+        return doc if doc and any(n["nomadNodeId"] for n in doc["nodes"]) else None
+
+    fleet = cluster.agent._wait(listed, "the fleet listing the node controller")
+    (node,) = fleet["nodes"]
+    assert node["nomadNodeId"] == cluster.agent.node_id
+    assert node["url"].rstrip("/") == deployed.node_url
+    assert fleet["sources"]["nomad"]["ok"] is True, fleet["sources"]
