@@ -34,6 +34,7 @@ from integration.nomad_agent.conftest import (
     DEVICES,
     GPU_DEVICES_FLAG,
     GPULEDGER,
+    POLICIES,
     Cluster,
     FakeGpus,
     gpuledger_knows,
@@ -298,3 +299,112 @@ def test_the_fleet_finds_the_node_controller_through_nomads_service_discovery(
     assert node["nomadNodeId"] == cluster.agent.node_id
     assert node["url"].rstrip("/") == deployed.node_url
     assert fleet["sources"]["nomad"]["ok"] is True, fleet["sources"]
+
+
+def alloc_of(agent: NomadAgent, job: str) -> str:
+    """The id of the job's allocation once it has one."""
+
+    def one() -> str | None:
+        stubs = agent.api(f"/v1/job/{job}/allocations?namespace=default").json()
+        return str(stubs[0]["ID"]) if stubs else None
+
+    found: str = agent._wait(one, f"an allocation of {job}")
+    return found
+
+
+def test_a_wrong_checksum_is_accepted_by_nomad_and_fails_the_download(
+    cluster: Cluster, scene: Scene, served_release: Release, tmp_path: Path
+) -> None:
+    """What the user sees (docs/nomad.md, "When the download fails"): the job runs, the
+    allocation's task fails in its artifact download, Nomad retries it by its restart policy."""
+    agent, job = cluster.agent, "gpuledger-badsum"
+    doc = values(cluster, scene, served_release)
+    doc["artifact"]["checksum"] = "sha256:" + "0" * 64
+    doc["node"]["job"] = job
+    doc["workloadIdentity"] = {"enabled": False}
+    doc["fleet"] = {"enabled": False}
+    files = render(tmp_path, doc)
+    try:
+        validate_plan_run(agent, files["gpuledger.nomad.hcl"])
+        alloc = alloc_of(agent, job)
+
+        def download_failed() -> str | None:
+            done = agent.cli("alloc", "status", alloc)
+            return done.stdout if "Failed Artifact Download" in done.stdout else None
+
+        status = agent._wait(download_failed, "the artifact download failing")
+        job_status = agent.cli("job", "status", job).stdout
+        (tmp_path / "alloc-status.txt").write_text(status)
+        (tmp_path / "job-status.txt").write_text(job_status)
+        print(f"--- nomad job status {job}\n{job_status}\n--- nomad alloc status\n{status}")
+        assert "Checksums did not match" in status or "checksums did not match" in status, status
+        assert "Expected: 0000000000000000" in status or "000000000000" in status, status
+        assert re.search(r"Status\s+= running", job_status), job_status  # accepted and scheduled
+        events = agent.api(f"/v1/allocation/{alloc}").json()["TaskStates"]["serve"]["Events"]
+        assert "Started" not in [e["Type"] for e in events]  # the PEX never ran
+    finally:
+        agent.cli("job", "stop", "-purge", "-yes", job, check=False)
+
+
+def test_a_consul_service_keeps_the_jobs_off_an_agent_without_consul(
+    cluster: Cluster, scene: Scene, served_release: Release, tmp_path: Path
+) -> None:
+    """service.provider: consul on a cluster without Consul: Nomad (from 1.3) adds the
+    constraint ${attr.consul.version} semver >= 1.7.0 (``nomad/job_endpoint_hooks.go``; 1.8.0 is
+    Connect's), which no node here meets. The plan says so, and exits 0: a system job that
+    places nowhere has nothing to create."""
+    agent, job = cluster.agent, "gpuledger-consul"
+    doc = values(cluster, scene, served_release, service__provider="consul")
+    doc["node"]["job"] = job
+    doc["workloadIdentity"] = {"enabled": False}
+    doc["fleet"] = {"enabled": False}
+    files = render(tmp_path, doc)
+    path = files["gpuledger.nomad.hcl"]
+    agent.cli("job", "validate", str(path))
+    plan = agent.cli("job", "plan", str(path), check=False)
+    print(f"--- nomad job plan (service.provider: consul, no Consul)\n{plan.stdout}")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "Failed to place allocations on all nodes" in plan.stdout, plan.stdout
+    assert "${attr.consul.version} semver >= 1.7.0" in plan.stdout, plan.stdout
+    assert "1 nodes excluded by filter" in plan.stdout, plan.stdout
+
+
+def test_the_workload_identity_variant_runs_with_no_static_token(
+    cluster: Cluster, deployed: Deployed, scene: Scene, served_release: Release, tmp_path: Path
+) -> None:
+    """As shipped and as its first lines tell: the ACL policy bound to the job, then run. It
+    replaces the token job (the same job name): the new allocation reads Nomad through the
+    Task API with its own identity, and no Variable template writes a token."""
+    agent = cluster.agent
+    files = render(tmp_path, values(cluster, scene, served_release))
+    path = files["gpuledger.wi.nomad.hcl"]
+    text = path.read_text()
+    (bind,) = re.findall(r"# Bind gpuledger's ACL policy to the job first: (nomad acl .*)", text)
+    words = bind.split()
+    assert words[:4] == ["nomad", "acl", "policy", "apply"], bind
+    policy = words[-1]
+    assert policy == "deploy/nomad/gpuledger.policy.hcl", bind
+    agent.cli(*words[1:-1], str(POLICIES / "gpuledger.policy.hcl"))
+    before = agent.api(f"/v1/allocation/{deployed.node_alloc}").json()["Job"]["Version"]
+    validate_plan_run(agent, path)
+
+    def new_alloc_running() -> str | None:
+        stubs = agent.api("/v1/job/gpuledger/allocations?namespace=default").json()
+        live = [s for s in stubs if s["ClientStatus"] == "running" and s["JobVersion"] > before]
+        return str(live[0]["ID"]) if live else None
+
+    alloc = agent._wait(new_alloc_running, "the workload-identity allocation running")
+    checks_pass(agent, alloc)
+    task = agent.api(f"/v1/allocation/{alloc}").json()["Job"]["TaskGroups"][0]["Tasks"][0]
+    assert task["Identity"]["File"] is True
+    assert not [t for t in task["Templates"] or [] if "nomad_token" in t["DestPath"]]
+    args = task["Config"]["args"]
+    assert args[args.index("--nomad-addr") + 1] == "unix://${NOMAD_SECRETS_DIR}/api.sock"
+
+    def ledger_read_nomad() -> Any:
+        doc = get_json(service_url(agent, "gpuledger") + "/ledger")
+        return doc if doc and doc["sources"]["nomad"]["ok"] else None
+
+    ledger = agent._wait(ledger_read_nomad, "the identity's ledger reading Nomad")
+    gpu = next(g for g in ledger["gpus"] if g["uuid"] == scene.gpu)
+    assert gpu["tenants"][0]["alloc"]["id"] == scene.alloc["ID"]
