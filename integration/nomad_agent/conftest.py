@@ -25,6 +25,7 @@ import pytest
 
 from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
 from integration.nomad_agent.nomad_process import DEVICE_PLUGIN, NomadAgent
+from integration.nomad_agent.run_summary import pytest_runtest_logreport, pytest_sessionfinish
 from integration.runtimes import (  # the session fixtures are imported for pytest to find them
     DockerEngine,
     docker_engine,
@@ -32,7 +33,13 @@ from integration.runtimes import (  # the session fixtures are imported for pyte
     runtime_folder,
 )
 
-__all__ = ["docker_engine", "rootfs", "runtime_folder"]
+__all__ = [
+    "docker_engine",
+    "pytest_runtest_logreport",  # the run's summary (run_summary.py), with GPULEDGER_COMPAT_DIR
+    "pytest_sessionfinish",
+    "rootfs",
+    "runtime_folder",
+]
 
 VERSION = "1.6.5"
 REPO = Path(__file__).resolve().parents[2]

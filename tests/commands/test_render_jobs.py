@@ -63,7 +63,7 @@ def test_each_combination(driver: str, provider: str, identity: bool, fleet: boo
         else:
             node_job(job, driver=driver, identity=name == "gpuledger.wi.nomad.hcl")
         if provider != "consul":
-            # from Nomad 1.3 a Consul service adds ${attr.consul.version} >= 1.8.0
+            # from Nomad 1.3 a Consul service adds ${attr.consul.version} >= 1.7.0
             assert "consul" not in text.lower().replace("--consul", "")
 
 

@@ -3,6 +3,8 @@
 - ``values_file``: the built-in values, ``-f`` files and ``--set`` lines merged as Helm merges
   them, and checked (the schema's and the cross-key checks), each problem by file and line
 - ``helm_set``: Helm's ``--set`` and ``--set-string`` syntax, read exactly as Helm reads it
+- ``nomad_target``: the Nomad version the jobs are for (``nomad.version``), what each job
+  feature needs, and the values an older Nomad cannot take
 - ``jobs``: the Nomad job specs, rendered from checked values with the templates in ``templates/``
 
 ``values.yaml`` and ``values.schema.json`` here are the ones gpuledger uses; the copies at the

@@ -22,6 +22,7 @@ from typing import Any
 import jinja2
 
 from gpuledger import __version__
+from gpuledger.commands.render.nomad_target import target
 from gpuledger.commands.render.values_file import fleet_discovery
 
 NODE_FILE = "gpuledger.nomad.hcl"
@@ -139,7 +140,8 @@ def _nomad_args(values: Mapping[str, Any], *, identity: bool) -> list[str]:
     if identity:
         return ["--nomad-addr", TASK_API, "--nomad-token-file", TOKEN_FILE, *kinds]
     tls = nomad["tls"]
-    args = ["--nomad-token-file", TOKEN_FILE, *kinds]
+    args = ["--nomad-token-file", TOKEN_FILE] if nomad["tokenFromVariable"] else []
+    args += kinds
     # the node's own agent: a container reaches it at the node's address, not its own loopback
     docker = values["driver"] == "docker"
     host = "${attr.unique.network.ip-address}" if docker else "127.0.0.1"
@@ -220,6 +222,7 @@ def _context(values: Mapping[str, Any], job: str, *, identity: bool) -> dict[str
         "variable_path": f"nomad/jobs/{section['job']}",
         "release_file": RELEASE_FILE,
         "version": __version__,
+        "has": target(values).features(),
     }
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuledger.commands.render.helm_set import parse_into
+from gpuledger.commands.render.nomad_target import refusals
 from gpuledger.errors import ConfigError, SetSyntaxError, YamlSyntaxError
 from gpuledger.located import JsonPath, Located, dotted, read_yaml, schema_problems
 from gpuledger.model.time_text import is_bare_number, no_unit, parse_duration
@@ -285,6 +286,7 @@ def _beyond_schema(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                 return
             if span.total_seconds() == 0:
                 yield f"{job}.{key}", "must be longer than 0s"
+    yield from refusals(values)
     if parse_duration(node["killTimeout"]) <= parse_duration(node["interval"]):
         yield (
             "node.killTimeout",
