@@ -80,8 +80,10 @@ def make_actor(
         return None
     where = f"--act {mode.value}" if flags.mode else "the policy's actions"
     if not policy.actions:
+        # Leaving --act out is advice only to whom gave it (fleet plan plans without it).
+        fix = ", or leave --act out" if flags.mode else " and name it with --policy FILE"
         raise UsageError(f"{where}: {policy.source} has no actions: there is nothing to plan; "
-                         "add an actions: list (docs: actions.md), or leave --act out")  # fmt: skip
+                         f"add an actions: list (docs: actions.md){fix}")  # fmt: skip
     problems = action_problems(policy, interval)
     low, high = LOCK_RANGE
     for flag, span in (("--act-lock-ttl", flags.lock_ttl), ("--act-lock-delay", flags.lock_delay)):
