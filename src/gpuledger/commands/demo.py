@@ -312,8 +312,10 @@ def relay_log(log: TextIO, out: TextIO) -> None:
 
 
 def _act_line(result: str, event: dict[str, Any]) -> str:
-    act = event.get("act") if isinstance(event.get("act"), dict) else {}
-    target = act.get("target") if isinstance(act.get("target"), dict) else {}
+    act = event.get("act")
+    act = act if isinstance(act, dict) else {}
+    target = act.get("target")
+    target = target if isinstance(target, dict) else {}
     where = ", ".join(f"{k} {v}" for k in ("node", "job", "alloc") if (v := target.get(k)))
     return f"  act {result:<8} {act.get('action', '')}: {where}\n"
 

@@ -85,7 +85,7 @@ def load_suite(path: Path) -> Suite:
 def _policy_path(doc: Located, path: Path) -> Path:
     """The policy the test file names, beside it; a file that is not there is the test
     file's problem, told at its ``policy:`` line."""
-    named = path.parent / doc.value["policy"]
+    named: Path = path.parent / str(doc.value["policy"])
     if not named.is_file():
         problem = doc.problem(
             ("policy",),
