@@ -187,8 +187,16 @@ def test_missing_socket_is_a_source_error(sockdir: Path) -> None:
     assert "podman.socket" in caught.value.hint
 
 
-def test_no_ids_asks_nothing(sockdir: Path) -> None:
-    assert RuntimeClient("docker", f"unix://{sockdir}/missing.sock").inspect([]) == {}
+def test_no_ids_pings_the_daemon_so_that_read_means_read(
+    sockdir: Path, docker_api: FakeDockerApi
+) -> None:
+    """With no container to ask about, the daemon is still asked whether it is there: a
+    socket that is not there fails the source (issue 41: it said "docker ok")."""
+    with pytest.raises(SourceError, match="no such socket"):
+        RuntimeClient("docker", f"unix://{sockdir}/missing.sock").inspect([])
+    assert RuntimeClient("docker", docker_api.url).inspect([]) == {}
+    assert [path for _, path in docker_api.requests if path.endswith("/_ping")]
+    assert not [path for _, path in docker_api.requests if "/containers/" in path]
 
 
 def test_bare_socket_path_is_accepted(docker_api: FakeDockerApi) -> None:

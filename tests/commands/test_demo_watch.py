@@ -56,13 +56,13 @@ def test_without_a_blink_job_only_the_drift_plays(demo_world: World) -> None:
 
 def test_the_startup_lines_say_the_watch_shows_the_job(demo_world: World) -> None:
     out = io.StringIO()
-    _introduce(out, "http://127.0.0.1:9877/", 20, demo_world.scenario)
+    _introduce(out, "http://127.0.0.1:9877/", 20, demo_world.scenario, [])
     text = out.getvalue()
     assert "Every 20 s, between two drifts, a Nomad job (render-preview) starts or stops" in text
     assert "within a second, before the next 2s tick" in text
     del demo_world.scenario["blink"]
     quiet = io.StringIO()
-    _introduce(quiet, "http://127.0.0.1:9877/", 20, demo_world.scenario)
+    _introduce(quiet, "http://127.0.0.1:9877/", 20, demo_world.scenario, [])
     assert "render-preview" not in quiet.getvalue()
 
 

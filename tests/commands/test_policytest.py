@@ -181,7 +181,7 @@ def test_an_invalid_test_file_is_a_usage_error_listing_every_problem(
     assert (code, out) == (2, "")
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        f"gpuledger policy: {path}:3:5: tests[0]: give either scenario (a simulated node) or "
+        f"gpuledger policy test: {path}:3:5: tests[0]: give either scenario (a simulated node) or "
         "gpus (inline)",
         f"{path}:6:15: tests[1].scenario: 'nosuch' is neither a built-in scenario (such as "
         "demo) nor a scenario .yaml file beside the test file",
@@ -206,8 +206,8 @@ def test_an_invalid_policy_under_test_is_a_usage_error_with_its_messages(
     )
     assert run(str(path)) == (2, "")
     assert capsys.readouterr().err == (
-        f"gpuledger policy: {tmp_path / 'p.yaml'}:3:16: findings.hot.level: 'SEVERE' is not one "
-        "of OK, WARN, BAD, ERROR, off\n"
+        f"gpuledger policy test: {tmp_path / 'p.yaml'}:3:16: findings.hot.level: 'SEVERE' is "
+        "not one of OK, WARN, BAD, ERROR, off\n"
     )
 
 

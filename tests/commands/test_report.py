@@ -340,8 +340,8 @@ def test_a_prometheus_that_does_not_answer_in_time_is_named() -> None:
     with fake_prometheus(delay=2.0) as prom, pytest.raises(SourceError) as caught:
         client(prom.url, timeout=0.2).query("up", UNTIL)
     assert str(caught.value) == (
-        f"prometheus: {prom.url} did not answer within 1.2s (deadline) (raise --timeout, or "
-        "shorten --since)"
+        f"prometheus: {prom.url} did not answer within 0.2s (--timeout; cut off at 1.2s, the "
+        "grace for Prometheus's own timeout answer) (raise --timeout, or shorten --since)"
     )
 
 

@@ -256,3 +256,20 @@ def test_owner_email_is_used_only_from_the_namespaces_the_owner_map_trusts(
         code, out = run(prom.url, *_send_to(tmp_path, smtp.host, smtp.port, pinned))
         received = [r.rcpt_tos for r in smtp.inbox.received]
     assert (code, received) == (0, [["alice@lab.example.org"]]), out  # the map always wins
+
+
+def test_a_short_report_says_minutes_never_0_0_h(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 10-minute report whose job was below 5 % for two of its minutes (issue 41): the note
+    says so in minutes; "for 0.0 h" said a span it was not."""
+
+    def two_minutes(query: str) -> Answer:
+        if "count_over_time" in query:
+            return 200, vector(({"namespace": "research", "nomad_job": "notebook"}, 2))
+        return with_used(query)
+
+    with fake_prometheus(two_minutes) as prom:
+        code, out = run(prom.url, "--since", "10m", "--notes", "--json")
+    assert code == 0, capsys.readouterr().err
+    notes = json.loads(out)["owners"][0]["jobs"][0]["notes"]
+    assert "held but below 5 % utilisation for 2 min" in notes
+    assert not [n for n in notes if "0.0 h" in n]

@@ -121,5 +121,5 @@ def test_policy_test_reports_hostile_input_as_a_usage_error(
     path.write_text(text)
     assert main(["policy", "test", str(path)]) == 2
     _, err = capsys.readouterr()
-    assert err.startswith("gpuledger policy:")
+    assert err.startswith("gpuledger policy test:")
     assert "Traceback" not in err

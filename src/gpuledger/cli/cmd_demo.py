@@ -46,6 +46,13 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         raise UsageError(
             "--act needs --fleet: only the fleet controller acts (demo --fleet --act plan)"
         )
+    if args.fleet and args.report:
+        raise UsageError("--fleet and --report are two demos: give one of them")
+    if args.mig and (args.fleet or args.report):
+        other = "--fleet" if args.fleet else "--report"
+        raise UsageError(
+            f"--mig splits the node demo's H200: it does not go with {other}; leave out one of them"
+        )
     if args.report:
         from gpuledger.commands.demo_report import run_demo_report  # noqa: PLC0415
 

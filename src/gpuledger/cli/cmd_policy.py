@@ -43,6 +43,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     test = actions.add_parser("test", help="run policy test files; exit 1 on a failing case")
     test.add_argument("files", type=Path, nargs="+", metavar="FILE", help="policy test files")
     test.set_defaults(policy_action=_test)
+    for action in (show, check, schema, test):
+        action.set_defaults(usage_prog=action.prog)  # gpuledger policy test: FILE: …
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:

@@ -54,7 +54,8 @@ def check_url(text: str) -> str:
     """``text`` without a trailing slash; ``ConfigError`` unless it is http(s)://host[/prefix]."""
     url = text.strip().rstrip("/")
     parts = urlsplit(url)
-    if not is_text(url) or parts.scheme not in {"http", "https"} or not parts.hostname:
+    blank = any(c.isspace() for c in url)  # requests would refuse it only when it connects
+    if blank or not is_text(url) or parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ConfigError(
             f"--prometheus {redact_url_passwords(text)!r} is not http(s)://host:port[/prefix]"
         )
@@ -149,7 +150,8 @@ class PrometheusClient:
         if isinstance(err, requests.Timeout):  # a wait on the socket, or the whole answer's
             return SourceError(
                 SourceName.PROMETHEUS,
-                f"{self._shown} did not answer within {self._wait_s:g}s (deadline) "
+                f"{self._shown} did not answer within {self._settings.timeout:g}s (--timeout; "
+                f"cut off at {self._wait_s:g}s, the grace for Prometheus's own timeout answer) "
                 "(raise --timeout, or shorten --since)",
             )
         errno = _ERRNO.search(text)

@@ -116,9 +116,14 @@ class RuntimeClient:
         self._api: docker.APIClient | None = None
 
     def inspect(self, container_ids: Iterable[str]) -> dict[str, Container]:
-        """Each id's container; an id the runtime no longer knows (404) is left out."""
+        """Each id's container; an id the runtime no longer knows (404) is left out. With no
+        id, the daemon is pinged: a runtime reported read was read (a socket that is not there
+        is told at once, not when a container first runs)."""
         found: dict[str, Container] = {}
-        for container_id in dict.fromkeys(container_ids):
+        ids = list(dict.fromkeys(container_ids))
+        if not ids:
+            self._ping()
+        for container_id in ids:
             attrs = self._inspect_one(container_id)
             if attrs is not None:
                 found[container_id] = self._container(container_id, attrs)
@@ -129,6 +134,16 @@ class RuntimeClient:
         if self._api is not None:
             self._api.close()
             self._api = None
+
+    def _ping(self) -> None:
+        """``GET /_ping``, as ``docker info`` checks a daemon; ``SourceError`` when it fails."""
+        import docker.errors  # noqa: PLC0415 - only a node with a runtime on loads the SDK
+
+        try:
+            self._client().ping()
+        except (docker.errors.DockerException, requests.RequestException, ValueError) as err:
+            self.close()
+            raise self._error(_reason(err, self.timeout)) from None
 
     def _inspect_one(self, container_id: str) -> dict[str, Any] | None:
         """The inspect document of one container, ``None`` on 404."""

@@ -5,6 +5,7 @@ a command line, and every command returns an ``ExitCode``:
 
 - ``options``: what the command line hands the commands, as small frozen values
 - ``node_sources``: the node's sources and policy as the flags name them
+- ``secret_files``: a warning for a token, password or key file others can read
 - ``ledger_once``: ``ls`` and ``check``, one tick without a loop
 - ``serve``: the node controller, its loop and its HTTP server
 - ``fleet``: the fleet controller: ``fleet ls``, ``check`` and ``serve``

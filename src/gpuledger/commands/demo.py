@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import signal
 import socket
 import subprocess
@@ -181,8 +182,15 @@ def _serve(
         stop,
         drift_every / 2,  # a drift phase, then a job started or stopped, in turn
         drift,
-        lambda url: _introduce(out, url, drift_every, world.scenario),
+        lambda url: _introduce(out, url, drift_every, world.scenario, _reading(flags)),
     )
+
+
+def _reading(flags: list[str]) -> list[str]:
+    """serve's flags less what only serve takes (``--listen``, ``--interval``) and its history
+    (which serve writes after its first tick: a line printed at once must work at once)."""
+    own = {"--listen", "--interval", "--history"}
+    return [f for i, f in enumerate(flags) if f not in own and (i == 0 or flags[i - 1] not in own)]
 
 
 def drifter(world: World) -> Callable[[], str | None]:
@@ -270,6 +278,9 @@ def _show_once(world: World, out: TextIO) -> None:
 
 
 _RELAYED = {"finding.opened": "opened  ", "finding.resolved": "resolved"}
+_ACTS = {"audit.act.done": "done", "audit.act.refused": "refused", "audit.act.failed": "failed"}
+"""The fleet actor's acts, as its audit logs them: what a user of demo --fleet --act apply
+watches for."""
 _FAILURES = (
     "source.read_failed",
     "policy.reload_failed",
@@ -293,9 +304,20 @@ def relay_log(log: TextIO, out: TextIO) -> None:
             out.write(
                 f"  {_RELAYED[name]} {event.get('level', ''):<5} {event.get('code', '')}: {what}\n"
             )
+        elif name in _ACTS:
+            out.write(_act_line(_ACTS[name], event))
         elif name in _FAILURES:
             out.write(f"  {name}: {event.get('error') or event.get('message') or ''}\n")
         out.flush()
+
+
+def _act_line(result: str, event: dict[str, Any]) -> str:
+    act = event.get("act")
+    act = act if isinstance(act, dict) else {}
+    target = act.get("target")
+    target = target if isinstance(target, dict) else {}
+    where = ", ".join(f"{k} {v}" for k in ("node", "job", "alloc") if (v := target.get(k)))
+    return f"  act {result:<8} {act.get('action', '')}: {where}\n"
 
 
 def first_url(child: subprocess.Popen[str]) -> str | None:
@@ -307,7 +329,11 @@ def first_url(child: subprocess.Popen[str]) -> str | None:
     return None
 
 
-def _introduce(out: TextIO, url: str, drift_every: float, scenario: dict[str, Any]) -> None:
+def _introduce(
+    out: TextIO, url: str, drift_every: float, scenario: dict[str, Any], reading: list[str]
+) -> None:
+    """What the demo serves and does; ``reading``: the flags by which ``ls`` and ``check``
+    read the simulated node as serve does (its sources and policy)."""
     about = scenario.get("about")
     out.write(
         "A simulated Nomad GPU node (fake nvidia-smi, /proc, Docker, Podman and Nomad), watched "
@@ -315,6 +341,9 @@ def _introduce(out: TextIO, url: str, drift_every: float, scenario: dict[str, An
     )
     for path, what in ENDPOINTS:
         out.write(f"  {url}{path:<10} {what}\n")
+    out.write("The node once, as serve reads it:\n")
+    for command in ("ls", "check"):
+        out.write(f"  {shlex.join(['gpuledger', command, *reading])}\n")
     drift = about or (
         f"Every {drift_every:g} s the node drifts: a training job starts a process on a GPU it "
         "did not reserve, then its own GPU goes idle; then a card fails one fault at a time "

@@ -47,8 +47,10 @@ actions:
   - on: unreserved-tenant
     after: 30m
     act: stop-allocation
+  # A short grace, so that an act is done within the demo's first minute (three sweeps at
+  # its 5s interval; a real fleet takes 10m or more: actions.md).
   - on: gpu-unhealthy
-    after: 10m
+    after: 15s
     act: node-ineligible
 """
 
@@ -104,6 +106,11 @@ def _run(
         sim.stop()
 
 
+def gpu_nodes(sim: FleetSim) -> int:
+    """The nodes the fleet lists: those with GPUs (a node without is no GPU node)."""
+    return sum(1 for node in sim.nodes.values() if node.gpus)
+
+
 @dataclass(frozen=True)
 class DemoSources:
     """Where the simulated Consul and Nomad listen."""
@@ -136,8 +143,9 @@ def _introduce(
     flags: list[str],
 ) -> None:  # fmt: skip
     out.write(
-        f"A simulated Nomad GPU cluster of {len(sim.nodes)} nodes (their gpuledger controllers, "
-        f"Consul and Nomad), watched by gpuledger fleet serve every {FLEET_INTERVAL}. Open:\n"
+        f"A simulated Nomad cluster of {counted(gpu_nodes(sim), 'GPU node')} (their gpuledger "
+        f"controllers, Consul and Nomad) and a node without GPUs, which the fleet leaves out, "
+        f"watched by gpuledger fleet serve every {FLEET_INTERVAL}. Open:\n"
     )
     for path, what in ENDPOINTS:
         out.write(f"  {url}{path:<10} {what}\n")
@@ -156,7 +164,7 @@ def _introduce(
         out.write(
             f"The fleet plans the demo's actions ({flags[flags.index('--act') + 1]}): see "
             f"{url}fleet (actions) and the page's Actions; the plan once:\n  gpuledger fleet plan "
-            f"--consul {sources.consul} --nomad-addr {sources.nomad} --policy "
-            f"{flags[flags.index('--policy') + 1]}\n\n"
+            f"--consul {sources.consul} --nomad-addr {sources.nomad} --interval {FLEET_INTERVAL} "
+            f"--policy {flags[flags.index('--policy') + 1]}\n\n"
         )
     out.flush()

@@ -44,6 +44,7 @@ from gpuledger.commands.options import (
     NomadWatchFlags,
     TlsFlags,
 )
+from gpuledger.commands.secret_files import warn_if_others_read
 from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
 from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings
@@ -182,10 +183,11 @@ def fleet_config(options: FleetOptions) -> FleetConfig:
 
 @contextlib.contextmanager
 def quiet_logging() -> Iterator[None]:
-    """Only what goes wrong logged (stderr) while a one-shot command runs: its output is on
-    stdout. The logging as it was is put back after: a process may run more than one command."""
+    """Only errors logged (stderr) while a one-shot command runs: its output on stdout says
+    every source and node that failed, and why, so a warning logged would say it twice among
+    it. The logging as it was is put back after: a process may run more than one command."""
     before = structlog.get_config()
-    configure_logging(sys.stderr, logging.WARNING, once=True)
+    configure_logging(sys.stderr, logging.ERROR, once=True)
     try:
         yield
     finally:
@@ -322,6 +324,7 @@ def fleet_options(flags: FleetFlags) -> FleetOptions:
         node_scheme=d.node_scheme,
     )
     tls = flags.node_tls
+    warn_if_others_read("--node-client-key", tls.client_key)
     return FleetOptions(
         discover=discover,
         nomad=nomad_env_settings(flags.nomad, flags.timeout),
@@ -356,6 +359,8 @@ def _consul_settings(flags: ConsulFlags, timeout: timedelta) -> ConsulSettings |
     if flags.addr is None:
         return None
     tls: TlsFlags = flags.tls
+    warn_if_others_read("--consul-token-file", flags.token_file)
+    warn_if_others_read("--consul-client-key", tls.client_key)
     return with_flags(
         consul_settings_from_env(os.environ),
         addr=flags.addr or None,

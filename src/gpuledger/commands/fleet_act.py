@@ -73,6 +73,15 @@ def _refuse_unbound(targets: tuple[Target, ...]) -> None:
         )
 
 
+def _nothing_to_plan(flags: ActFlags, policy: Policy, mode: ActMode) -> UsageError:
+    """A policy without actions: leaving ``--act`` out is advice only to whom gave it
+    (``fleet plan`` plans without it)."""
+    where = f"--act {mode.value}" if flags.mode else "the policy's actions"
+    fix = ", or leave --act out" if flags.mode else " and name it with --policy FILE"
+    return UsageError(f"{where}: {policy.source} has no actions: there is nothing to plan; "
+                      f"add an actions: list (docs: actions.md){fix}")  # fmt: skip
+
+
 def make_actor(
     flags: ActFlags,
     options: FleetOptions,
@@ -85,10 +94,8 @@ def make_actor(
     """The actor ``mode`` asks for (``None``: off); ``UsageError`` where it cannot be."""
     if mode is ActMode.OFF:
         return None
-    where = f"--act {mode.value}" if flags.mode else "the policy's actions"
     if not policy.actions:
-        raise UsageError(f"{where}: {policy.source} has no actions: there is nothing to plan; "
-                         "add an actions: list (docs: actions.md), or leave --act out")  # fmt: skip
+        raise _nothing_to_plan(flags, policy, mode)
     problems = action_problems(policy, interval)
     low, high = LOCK_RANGE
     for flag, span in (("--act-lock-ttl", flags.lock_ttl), ("--act-lock-delay", flags.lock_delay)):

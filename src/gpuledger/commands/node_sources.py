@@ -18,6 +18,7 @@ from gpuledger.collectors.kernel_log_source import FORMATS, KernelLogFormat
 from gpuledger.collectors.nomad import NomadSettings, ReadMode, settings_from_env
 from gpuledger.collectors.runtimes import check_url, default_socket
 from gpuledger.commands.options import NodeSources, NomadFlags
+from gpuledger.commands.secret_files import warn_if_others_read
 from gpuledger.controller.sources import SourceConfig
 from gpuledger.errors import ConfigError, UsageError
 from gpuledger.policy.load import default_policy, load_policy
@@ -72,7 +73,7 @@ def _kernel_log_format(value: str) -> KernelLogFormat:
 
 def policy_file(path: Path | None) -> Policy:
     """The policy ``--policy`` names, else the built-in one."""
-    return load_policy(path) if path else default_policy()
+    return load_policy(path, "--policy") if path else default_policy()
 
 
 def _runtime_url(value: str | None, runtime: str) -> str | None:
@@ -95,6 +96,8 @@ def nomad_env_settings(flags: NomadFlags, timeout: timedelta) -> NomadSettings:
     """The ``NOMAD_*`` environment with the flags that were given put over it, as the Nomad
     CLI takes them."""
     settings = settings_from_env(os.environ)
+    warn_if_others_read("--nomad-token-file", flags.token_file)
+    warn_if_others_read("--nomad-client-key", flags.tls.client_key)
     given: dict[str, Any] = {
         "addr": flags.addr,
         "node_id": flags.node_id,

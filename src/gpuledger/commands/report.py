@@ -28,6 +28,7 @@ from gpuledger.collectors.prometheus import (
 )
 from gpuledger.collectors.prometheus import check_url as check_prometheus_url
 from gpuledger.commands.options import OwnerOutputs, ReportFlags, ReportOutput
+from gpuledger.commands.secret_files import warn_if_others_read
 from gpuledger.controller.clock import SystemClock
 from gpuledger.core.report_costs import build_bill, models_seen, price_warnings, unnamed_hours
 from gpuledger.core.report_queries import (
@@ -286,6 +287,7 @@ def prometheus_settings(flags: ReportFlags) -> PrometheusSettings:
                 "variable is not set or empty"
             )
     basic = flags.basic_auth_file
+    warn_if_others_read("--prometheus-basic-auth-file", basic)
     return PrometheusSettings(
         url=check_prometheus_url(flags.prometheus),
         token=token,

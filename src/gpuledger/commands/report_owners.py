@@ -31,7 +31,7 @@ def note_rules(policy: Path | None) -> NoteRules:
     """The ``notes`` of ``--policy`` (``PolicyError`` naming its lines), else the built-in."""
     from gpuledger.policy.load import default_policy, load_policy  # noqa: PLC0415
 
-    return (load_policy(policy) if policy is not None else default_policy()).notes
+    return (load_policy(policy, "--policy") if policy is not None else default_policy()).notes
 
 
 def ask_notes(

@@ -76,7 +76,25 @@ def serve_command(sources: NodeSources, options: ServeOptions, out: TextIO) -> E
         )
     if watch.max_stale is not None and watch.max_stale <= timedelta(0):
         raise UsageError("--nomad-max-stale must be more than 0s (the default: three intervals)")
+    if options.history_path is not None:
+        _check_history_path(options.history_path)
     return serve(source_config(sources), policy_file(sources.policy), options, out)
+
+
+def _check_history_path(path: Path) -> None:
+    """``--history`` must name a file serve can write: not a directory, and in one that
+    exists (serve writes the file, never its directory)."""
+    if path.is_dir():
+        raise UsageError(
+            f"--history {path}: is a directory; name a file in it (serve creates the file), "
+            f"such as {path / 'history.json'}"
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        raise UsageError(
+            f"--history {path}: no directory {folder}; create it (mkdir -p {folder}), or name "
+            "a file in a directory that exists"
+        )
 
 
 def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: TextIO) -> ExitCode:

@@ -64,7 +64,10 @@ def percent(share: float) -> int:
 
 
 def hours_text(hours: float) -> str:
-    """GPU-hours for a note: whole from 10 up, one decimal below."""
+    """GPU-hours for a note: whole from 10 up, one decimal below, and in whole minutes
+    under a tenth of an hour (a short report's "0.0 h" would say a span it is not)."""
+    if hours < 0.1:
+        return f"{max(1, round(hours * 60))} min"
     return f"{hours:.0f} h" if hours >= 10 else f"{hours:.1f} h"
 
 

@@ -269,14 +269,17 @@ def policy_warnings(text: str, path: str) -> list[str]:
     ]
 
 
-def load_policy(path: Path) -> Policy:
-    """Load and validate the policy file at ``path``; any problem is a ``PolicyError``."""
+def load_policy(path: Path, flag: str | None = None) -> Policy:
+    """Load and validate the policy file at ``path``; any problem is a ``PolicyError``.
+    ``flag``: the flag that named the file (``--policy``), which a file that cannot be read
+    is told with."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         # ValueError: a path with a NUL byte, which no file has.
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        shown = excerpt(str(path))
+        # With its flag, the whole path: a cut one names no file.
+        shown = excerpt(str(path)) if flag is None else f"{flag} {excerpt(str(path), 1000)}"
         raise PolicyError(str(path), [f"{shown}: cannot read the policy file: {reason}"]) from None
     return parse_policy(text, str(path))
 

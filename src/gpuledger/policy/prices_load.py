@@ -193,5 +193,5 @@ def load_prices(path: Path) -> Prices:
         # ValueError: a path with a NUL byte, which no file has.
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         shown = excerpt(str(path), 1000)  # the whole path: a cut one names no file
-        raise ConfigError(f"{shown}: cannot read the prices file: {reason}") from None
+        raise ConfigError(f"--prices {shown}: cannot read the prices file: {reason}") from None
     return parse_prices(text, path)

@@ -24,7 +24,6 @@ _STATE_COLUMNS = (
     ("FREE", GpuState.FREE),
     ("UNKNOWN", GpuState.UNKNOWN),
 )
-_WHY_WIDTH = 70
 
 
 def _states(gpus: Mapping[GpuState, int]) -> list[str]:
@@ -43,8 +42,9 @@ def _fault(node: FleetNode, count: int | None) -> str:
 
 
 def _why(node: FleetNode) -> str:
-    text = node.error or ""
-    return text if len(text) <= _WHY_WIDTH else text[: _WHY_WIDTH - 1] + "…"
+    # Whole: the last column, so a long one wraps without moving the others, and its end is
+    # often the fix ("… run gpuledger 0.9 or later").
+    return node.error or ""
 
 
 def _node_rows(fleet: Fleet) -> list[list[str]]:
@@ -83,6 +83,11 @@ def _totals(fleet: Fleet) -> list[str]:
         f"unscheduled devices: {faults.unscheduled}"
         f"{_unknown(faults.unscheduled_unknown_nodes)}",
         f"sources: {sources}",
+        *(
+            f"  {name.value}: {s.error}" + (f" ({s.hint})" if s.hint else "")
+            for name, s in fleet.sources.items()
+            if s.failing and s.error
+        ),
         f"findings: {len(fleet.findings)} (worst: {fleet.worst.name}); "
         "gpuledger fleet check lists them",
     ]

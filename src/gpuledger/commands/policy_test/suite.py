@@ -60,7 +60,7 @@ def load_suite(path: Path) -> Suite:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"{path}: cannot read the test file: {reason}") from None
+        raise ConfigError(f"{excerpt(str(path))}: cannot read the test file: {reason}") from None
     try:
         doc = read_yaml(text, str(path))
     except YamlSyntaxError as exc:
@@ -72,7 +72,7 @@ def load_suite(path: Path) -> Suite:
         problems.extend(_case_problems(doc, path, broken))
     if problems:
         raise ConfigError("\n".join(p.render(str(path)) for p in sorted(set(problems))))
-    policy = load_policy(path.parent / doc.value["policy"])
+    policy = load_policy(_policy_path(doc, path))
     suite = Suite(path=path, policy=policy)
     for case in doc.value["tests"]:
         name = case.get("scenario")
@@ -80,6 +80,20 @@ def load_suite(path: Path) -> Suite:
         key = str((path.parent / name).resolve()) if name and name.endswith(YAML_SUFFIXES) else name
         suite.cases.append(Case(doc=case, scenario=scenario, scenario_key=key))
     return suite
+
+
+def _policy_path(doc: Located, path: Path) -> Path:
+    """The policy the test file names, beside it; a file that is not there is the test
+    file's problem, told at its ``policy:`` line."""
+    named: Path = path.parent / str(doc.value["policy"])
+    if not named.is_file():
+        problem = doc.problem(
+            ("policy",),
+            f"{excerpt(str(doc.value['policy']))}: no such policy file (a path is read from "
+            "the test file's folder)",
+        )
+        raise ConfigError(problem.render(str(path)))
+    return named
 
 
 def _case_problems(doc: Located, path: Path, skip: set[int]) -> Iterator[Problem]:

@@ -37,6 +37,11 @@ def render(
     if output_dir is None:
         out.write("\n".join(f"# Source: {name}\n{text}" for name, text in jobs.items()))
         return ExitCode.OK
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(
+            f"--output-dir {output_dir}: is a file, not a directory; name a directory (one "
+            "that does not exist yet is created)"
+        )
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         for name, text in jobs.items():
