@@ -10,6 +10,9 @@
   ``gpuledger`` line is taken by gpuledger's own parser (a renamed flag or a bad duration
   fails), each ``nomad`` line is recorded and must be a subcommand with Nomad's flags whose
   files exist in the checkout and parse.
+- docs/install.md is a walk: its examples run in order in one folder, and its
+  ``gpuledger render`` runs for real (it needs no cluster), so that each ``nomad job run``
+  reads the job the walk rendered.
 - docs/nomad.md, whose examples build the release and run the jobs, is run by
   ``integration/test_nomad_job.py`` (the walk); the set-up commands are the ones ``.ci/run``
   runs.
@@ -17,7 +20,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import itertools
 import json
 import re
 import subprocess
@@ -52,9 +57,15 @@ NOMAD_FLAGS = {
     ("acl", "policy", "apply"): {"-description", "-namespace", "-job", "-group", "-task"},
     ("acl", "token", "create"): {"-name", "-type", "-policy", "-global", "-ttl", "-role-id"},
     ("node", "meta", "apply"): {"-node-id", "-unset"},
+    ("job", "run"): {"-var", "-var-file", "-detach", "-check-index", "-verbose"},
+    ("var", "put"): {"-namespace", "-force", "-check-index", "-in", "-out"},
 }
 """The Nomad CLI's flags of each subcommand the examples use (developer.hashicorp.com/nomad/
-commands: acl policy apply, acl token create, node meta apply)."""
+commands: acl policy apply, acl token create, node meta apply, job run, var put)."""
+WALKS = {"docs/install.md"}
+"""Pages whose examples run in order in one folder, each reading what the one before wrote."""
+PEX = "gpuledger-0.1.0-linux-x86_64.pex"
+"""The release file docs/install.md runs, whose line of ``SHA256SUMS`` it reads."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +122,9 @@ def run_shell(example: Example, folder: Path) -> tuple[str, list[list[str]]]:
     calls.write_text("")
     py = sys.executable
     parse = (
-        "import sys; from gpuledger.cli import build_parser;build_parser().parse_args(sys.argv[1:])"
+        "import sys; from gpuledger.cli import build_parser, main;"
+        "build_parser().parse_args(sys.argv[1:]);"
+        f'{example.page in WALKS} and sys.argv[1] == "render" and sys.exit(main(sys.argv[1:]))'
     )
     record = "import json, sys; print(json.dumps(sys.argv[1:]))"
     # htpasswd -nBC COST USER prints USER:HASH (Apache's manual); the hash made with bcrypt
@@ -140,10 +153,17 @@ hostname() {{ echo gpu-1; }}
 
 def nomad_problems(argv: list[str], folder: Path) -> list[str]:
     """What in one recorded ``nomad`` command the Nomad CLI would refuse or not find."""
-    command = next((c for c in NOMAD_FLAGS if tuple(argv[:3]) == c), None)
+    command = next((c for c in NOMAD_FLAGS if tuple(argv[: len(c)]) == c), None)
     if command is None:
         return [f"nomad {' '.join(argv[:3])}: not a subcommand the examples are checked for"]
-    problems, rest = [], argv[3:]
+    problems, rest = [], argv[len(command) :]
+    for flag, value in itertools.pairwise(rest):
+        if (
+            flag == "-var"
+            and value.startswith("checksum=")
+            and not re.fullmatch(r"checksum=sha256:[0-9a-f]{64}", value)
+        ):
+            problems.append(f"nomad {' '.join(command)}: -var {value} is no sha256 checksum")
     while rest and rest[0].startswith("-"):
         flag = rest.pop(0).split("=", 1)[0]
         if flag not in NOMAD_FLAGS[command]:
@@ -163,11 +183,17 @@ def checkout(tmp_path: Path) -> Path:
     """What the examples read: deploy/, examples/, and the docs with what they include."""
     for part in ("deploy", "examples", "docs", "mkdocs.yml", "ARCHITECTURE.md", "CONTRIBUTING.md"):
         subprocess.run(["cp", "-r", str(REPO / part), str(tmp_path / part)], check=True)
+    # the release's SHA256SUMS, as the download folder of docs/install.md holds it
+    (tmp_path / "SHA256SUMS").write_text(f"{hashlib.sha256(b'pex').hexdigest()}  {PEX}\n")
     return tmp_path
 
 
 @pytest.mark.parametrize("example", SHELL, ids=str)
 def test_the_shell_example_runs(example: Example, checkout: Path) -> None:
+    if example.page in WALKS:
+        for before in SHELL[: SHELL.index(example)]:
+            if before.page == example.page:
+                run_shell(before, checkout)
     out, calls = run_shell(example, checkout)
     assert [p for argv in calls for p in nomad_problems(argv, checkout)] == []
     if "mkdocs build" in example.text:
