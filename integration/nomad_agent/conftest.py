@@ -10,7 +10,6 @@ Nomad, so ``.ci/run`` never requires this suite (integration/conftest.py exempts
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -90,24 +89,6 @@ def nomad_plugins() -> Path:
     return folder
 
 
-@functools.cache
-def gpuledger_knows(command: tuple[str, ...], flag: str) -> bool:
-    """Whether ``gpuledger <command> --help`` lists ``flag``."""
-    done = subprocess.run(
-        [*GPULEDGER, *command, "--help"], check=False, capture_output=True, text=True, timeout=60
-    )
-    return flag in done.stdout
-
-
-def needs_gpu_devices() -> None:
-    """Skip unless gpuledger takes ``--nomad-gpu-devices`` (issue 38 item 1)."""
-    if not gpuledger_knows(("ls",), GPU_DEVICES_FLAG):
-        pytest.skip(
-            f"gpuledger has no {GPU_DEVICES_FLAG} yet (issue 38 item 1): it keeps only "
-            f"nvidia/gpu devices, and the example plugin's are {DEVICES}"
-        )
-
-
 @dataclass
 class Cluster:
     """One agent with ACLs bootstrapped, the repo's policies applied, its namespaces, tokens."""
@@ -177,15 +158,22 @@ class FakeGpus:
         self.path = install_fake_nvidia_smi(folder, self.state_file)
         self.place({})
 
-    def place(self, on_gpu: Mapping[str, Sequence[int]]) -> None:
-        """Each listed PID on its GPU (by UUID), as nvidia-smi shows it."""
+    def place(
+        self,
+        on_gpu: Mapping[str, Sequence[int]],
+        unhealthy: Mapping[str, Mapping[str, Any]] = {},
+    ) -> None:
+        """Each listed PID on its GPU (by UUID), as nvidia-smi shows it; the ``unhealthy``
+        GPUs' health fields as given (the fake's ``health``: ``ecc_uncorrected_volatile``…)."""
         state = {
             "driver_version": "590.48.01",
             "gpus": [
                 {"index": i, "uuid": uuid, "name": "NVIDIA H200", "utilization": 50,
                  "memory_used": 1000, "memory_total": 143771, "memory_reserved": 0,
                  "temperature": 40, "tlimit": 40, "hw_thermal_slowdown": False,
-                 "sw_thermal_slowdown": False, "encoder_sessions": 0, "mig": False}
+                 "sw_thermal_slowdown": False, "encoder_sessions": 0, "mig": False,
+                 "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
+                 **({"health": dict(unhealthy[uuid])} if uuid in unhealthy else {})}
                 for i, uuid in enumerate(GPUS)
             ],
             "processes": [
@@ -208,9 +196,7 @@ def gpuledger_args(
         "--nomad-addr", target.addr, "--nomad-token-file", str(cluster.token_file(token)),
         "--timeout", "10s", "--kernel-log", "off", *extra,
     ]  # fmt: skip
-    if gpuledger_knows(("ls",), GPU_DEVICES_FLAG):
-        args += [GPU_DEVICES_FLAG, DEVICES]
-    return args
+    return [*args, GPU_DEVICES_FLAG, DEVICES]
 
 
 def ls_json(

@@ -6,16 +6,14 @@ discovery. The node's devices are the example plugin's files, named as the fake 
 UUIDs: a file made mode 0777 is unhealthy in Nomad's fingerprint, a file removed is a device
 Nomad no longer offers.
 
-Every test here needs gpuledger to count those devices as GPUs (``--nomad-gpu-devices``, issue
-38 item 1) and skips saying so until it does; the acts need the Variable lease of the lease
-branch and skip saying so until it is there.
+gpuledger counts those devices as GPUs with ``--nomad-gpu-devices nomad/file/mock`` (issue 38
+item 1). The acts are ``test_agent_acts.py``'s.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from typing import Any
@@ -29,7 +27,6 @@ from integration.nomad_agent.conftest import (
     FakeGpus,
     gpuledger_args,
     ls_json,
-    needs_gpu_devices,
 )
 
 SERVICE = "gpuledger-agent"
@@ -85,7 +82,6 @@ def fleet_ls(cluster: Cluster) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def gpus(tmp_path_factory: pytest.TempPathFactory) -> FakeGpus:
-    needs_gpu_devices()
     return FakeGpus(tmp_path_factory.mktemp("gpus"))
 
 
@@ -138,12 +134,3 @@ def test_device_health_and_scheduling_come_from_the_real_fingerprint(
     finally:
         unhealthy.chmod(0o644)
         removed.touch(mode=0o644)
-
-
-def test_acts_under_act_apply_with_two_replicas_on_v1_6_5(cluster: Cluster) -> None:
-    done = subprocess.run(
-        [*GPULEDGER, "fleet", "serve", "--help"], capture_output=True, text=True, check=False
-    )
-    if not re.search(r"\blease\b", done.stdout):
-        pytest.skip("needs the Variable lease (issue 38 item 2, lease branch)")
-    pytest.fail("the lease is merged: write this test (two replicas, one killed, audited acts)")

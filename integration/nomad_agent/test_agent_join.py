@@ -16,9 +16,8 @@ what each GPU must show, worked out by hand:
   garbage-collected (Nomad answers 404) → an orphan, ``unreserved-tenant``;
 - ``sleep`` on the host → ``unaccounted``, ``unmanaged-tenant``.
 
-``held`` and ``reserved-idle`` need gpuledger to count the example plugin's devices as GPUs
-(``--nomad-gpu-devices``, issue 38 item 1): until then those tests skip saying so, and the
-two reserved GPUs are left out of what the others assert.
+gpuledger counts the example plugin's devices as GPUs with ``--nomad-gpu-devices
+nomad/file/mock`` (issue 38 item 1).
 """
 
 from __future__ import annotations
@@ -31,13 +30,10 @@ from typing import Any
 import pytest
 
 from integration.nomad_agent.conftest import (
-    GPU_DEVICES_FLAG,
     GPUS,
     Cluster,
     FakeGpus,
-    gpuledger_knows,
     ls_json,
-    needs_gpu_devices,
 )
 from integration.nomad_agent.nomad_process import device_ids, docker_job, raw_exec_job
 from integration.runtimes import Started, cgroup_of, host_sleep
@@ -152,14 +148,9 @@ def gpu(doc: dict[str, Any], uuid: str) -> dict[str, Any]:
 
 
 def codes(doc: dict[str, Any], uuid: str) -> list[tuple[str, str]]:
-    """The GPU's findings. Until gpuledger counts the example plugin's devices as GPUs, every
-    GPU is also ``device-unscheduled`` (Nomad fingerprinted no nvidia/gpu device with its
-    UUID): that one is left out then, and asserted by the fleet's tests once it can be."""
-    unscheduled = (
-        {"device-unscheduled"} if not gpuledger_knows(("ls",), GPU_DEVICES_FLAG) else set()
-    )
-    found = [(f["code"], f["level"]) for f in doc["findings"] if f["gpu"] == uuid]
-    return sorted(c for c in found if c[0] not in unscheduled)
+    """The GPU's findings (with ``--nomad-gpu-devices nomad/file/mock`` every GPU is one of
+    Nomad's devices: none is ``device-unscheduled``)."""
+    return sorted((f["code"], f["level"]) for f in doc["findings"] if f["gpu"] == uuid)
 
 
 def test_the_node_and_its_sources_are_read_from_the_real_agent(
@@ -227,7 +218,6 @@ def test_the_full_token_sees_every_namespace(ledger: Any, scene: Scene) -> None:
 
 
 def test_a_task_on_the_gpu_its_allocation_reserved_is_held(ledger: Any, scene: Scene) -> None:
-    needs_gpu_devices()
     found = gpu(ledger, scene.gpu_of["train"])
     assert found["state"] == "held"
     assert found["reservation"]["allocId"] == scene.allocs["train"]["ID"]
@@ -235,7 +225,6 @@ def test_a_task_on_the_gpu_its_allocation_reserved_is_held(ledger: Any, scene: S
 
 
 def test_a_reserved_gpu_nothing_runs_on_is_reserved_idle(ledger: Any, scene: Scene) -> None:
-    needs_gpu_devices()
     found = gpu(ledger, scene.gpu_of["idle"])
     assert found["state"] == "reserved-idle"
     assert codes(ledger, scene.gpu_of["idle"]) == [("reserved-idle", "WARN")]
@@ -247,9 +236,7 @@ def test_a_token_without_read_job_in_finance_gets_source_unavailable_never_bad(
     doc = ls_json(cluster, gpus, "no-finance")
     uuid = scene.gpu_of["risk"]
     assert codes(doc, uuid) == [("source-unavailable", "ERROR")]
-    (finding,) = [
-        f for f in doc["findings"] if f["gpu"] == uuid and f["code"] != "device-unscheduled"
-    ]
+    (finding,) = [f for f in doc["findings"] if f["gpu"] == uuid]
     assert "namespace 'finance'" in finding["message"] and "read-job" in finding["message"]
     assert gpu(doc, uuid)["state"] == "unknown"
     # The other namespaces are read as before.

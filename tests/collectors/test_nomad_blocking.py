@@ -212,3 +212,20 @@ def test_requests_a_minute_against_a_server_that_never_blocks_are_bounded() -> N
             asked += 1
             now += pacer.pause(now)
         assert asked <= 60.0 / max(every, PACE_FLOOR_S) + PACE_BURST + 1, (every, asked)
+
+
+def test_answers_whose_queries_blocked_are_never_held_as_a_real_deployment_gives_them() -> None:
+    # A real Nomad v1.6.5's deployment of 20 allocations: the watch's query is held about a
+    # second each time, until the next allocation is marked healthy. None came "at once".
+    pacer, now = Pacer(every_s=30.0), 0.0
+    for _ in range(20):
+        now += 1.05
+        assert pacer.pause(now, blocked_s=1.05) == 0.0
+    assert pacer.paced == 0
+
+
+def test_after_a_query_that_blocked_answers_at_once_are_held_after_two() -> None:
+    pacer = Pacer(every_s=30.0)
+    assert pacer.pause(0.0, blocked_s=5.0) == 0.0
+    assert [pacer.pause(0.01), pacer.pause(0.02)] == [0.0, 0.0]
+    assert pacer.pause(0.03) > 29.0

@@ -161,8 +161,10 @@ class Pacer:
     index moved (forwards, or backwards: a reset) may have come at once, and a watcher that
     asked again at once would loop as fast as the server answers. A token bucket: two such
     answers without a wait, then one every ``every_s`` (the interval, at least
-    ``PACE_FLOOR_S``). A quiet cluster is never held (its answers block), a churning one
-    degrades into polling, and a server (or a proxy) that does not block is asked at most
+    ``PACE_FLOOR_S``). A quiet cluster is never held (its answers block), nor one whose
+    changes come a second or more apart (an answer that blocked that long fills the bucket
+    again), one churning faster degrades into polling, and a server (or a proxy) that does not
+    block is asked at most
     ``60 / every_s + 2`` times a minute. Time is passed in (``Clock.monotonic()``)."""
 
     every_s: float
@@ -173,10 +175,17 @@ class Pacer:
     began: bool = False
     """Whether the last answer's wait began a run of waits (the one a watcher logs)."""
 
-    def pause(self, now: float) -> float:
+    def pause(self, now: float, blocked_s: float = 0.0) -> float:
         """Seconds to wait before the next request, after an answer at ``now`` that moved
-        the index; counted in ``paced`` when more than none."""
+        the index, its query having been held ``blocked_s`` seconds; counted in ``paced`` when
+        more than none. A query held ``PACE_FLOOR_S`` or longer shows the server blocks: it
+        fills the bucket again and costs nothing. (A real Nomad v1.6.5's deployment marks its
+        allocations healthy a second apart: charged, those answers emptied the bucket and held
+        the watch an interval, so the next change was seen up to an interval late.)"""
         every = max(self.every_s, PACE_FLOOR_S)
+        if blocked_s >= PACE_FLOOR_S:
+            self.tokens, self.at, self.began = PACE_BURST, now, False
+            return 0.0
         refilled = self.tokens if self.at is None else self.tokens + (now - self.at) / every
         holding = self.tokens < 0.0
         self.tokens, self.at = min(PACE_BURST, refilled) - 1.0, now

@@ -166,7 +166,7 @@ class FleetWatch(Generic[T]):
             self._mode(step.blocking)  # a change answered at once proves nothing either way
         if not self.watching:
             return s.interval
-        return self._paced(now) if step.changed and read.index > 0 else 0.0
+        return self._paced(now, now - began) if step.changed and read.index > 0 else 0.0
 
     def _publish(self, value: T | None, now: float, *, decoded: bool) -> None:
         with self._lock:
@@ -204,10 +204,10 @@ class FleetWatch(Generic[T]):
                             every_s=self.settings.interval)  # fmt: skip
         self.watching = blocking
 
-    def _paced(self, now: float) -> float:
-        """After a change, the pace's pause (``Pacer``: two at once, then one an interval);
-        the first hold of a run is said."""
-        pause = self._pacer.pause(now)
+    def _paced(self, now: float, blocked_s: float) -> float:
+        """After a change, the pace's pause (``Pacer``: two at once, then one an interval;
+        none after a query that blocked); the first hold of a run is said."""
+        pause = self._pacer.pause(now, blocked_s)
         if self._pacer.began:
             log.warning("nomad.watch_paced", endpoint=self.endpoint, wait_s=round(pause, 3),
                         every_s=self._pacer.every_s)  # fmt: skip

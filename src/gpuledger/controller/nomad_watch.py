@@ -287,12 +287,12 @@ class NomadWatch:
         if polling is not None:
             return asked + self.interval_s - now
         if step.changed and before.index > 0:
-            return self._paced(now)
+            return self._paced(now, now - asked)
         return 0.0
 
-    def _paced(self, now: float) -> float:
+    def _paced(self, now: float, blocked_s: float) -> float:
         """The pace's pause after an answer that moved the index; said when it first holds."""
-        pause = self.pacer.pause(now)
+        pause = self.pacer.pause(now, blocked_s)
         if self.pacer.began:
             log.warning("nomad_watch.paced", wait_s=round(pause, 3), every_s=self.pacer.every_s)
         return pause

@@ -1,6 +1,7 @@
 """The fake Nomad's HTTP handler: one request read, answered by ``FakeNomad.answer``, and sent
-with Nomad's headers (``X-Nomad-Index``, ``X-Nomad-KnownLeader``, ``X-Nomad-LastContact``), or a
-blocked query ended without its answer (a 500, the connection cut).
+with Nomad's headers (``X-Nomad-Index``, ``X-Nomad-KnownLeader``, ``X-Nomad-LastContact``; a
+write's answer its index only), or a blocked query ended without its answer (a 500, the
+connection cut).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
 __all__ = ["INTERNAL_ERROR", "NomadHandler"]
 
 INTERNAL_ERROR = "rpc error: No cluster leader"
+_WRITES = frozenset({"POST", "PUT", "DELETE"})
+"""A write's answer carries ``X-Nomad-Index`` only: v1.6.5's write handlers call ``setIndex``,
+never ``setMeta`` (seen on a real v1.6.5, ``tests/fixtures/nomad/v1.6.5/act-*.json``)."""
 
 
 class NomadHandler(BaseHTTPRequestHandler):
@@ -82,12 +86,14 @@ class NomadHandler(BaseHTTPRequestHandler):
         if meta is not None:
             if meta.index is not None:
                 self.send_header("X-Nomad-Index", str(meta.index))
-            self.send_header("X-Nomad-KnownLeader", "true" if meta.known_leader else "false")
-            self.send_header("X-Nomad-LastContact", str(meta.last_contact_ms))
+            if self.command not in _WRITES:
+                self.send_header("X-Nomad-KnownLeader", "true" if meta.known_leader else "false")
+                self.send_header("X-Nomad-LastContact", str(meta.last_contact_ms))
         elif status == 200:
             self.send_header("X-Nomad-Index", str(fake.index))
-            self.send_header("X-Nomad-KnownLeader", "true")
-            self.send_header("X-Nomad-LastContact", "0")
+            if self.command not in _WRITES:  # a write answers its index only (setIndex)
+                self.send_header("X-Nomad-KnownLeader", "true")
+                self.send_header("X-Nomad-LastContact", "0")
         self.end_headers()
         self.wfile.write(data)
 
