@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from gpuledger.collectors.nomad_blocking import PACE_BURST, PACE_FLOOR_S
 from gpuledger.sim.nomad_blocking_state import BlockingFault
 from gpuledger.sim.world import World
 from integration import test_serve
@@ -157,9 +158,9 @@ def test_a_nomad_that_answers_at_once_with_a_new_index_is_asked_at_a_bounded_pac
     deadline = time.monotonic() + PACED_WINDOW_S
     eventually(lambda: time.monotonic() >= deadline or None, "the window", wait=20)
     asked = allocation_requests(world) - before
-    # The pace: two answers at once, then one an interval (30 s); after a reset its plain read.
-    # The bound is loose (a tick may ask too) and still far below a loop's hundreds.
-    assert asked <= 8, asked
+    # The pace: two answers at once, then one a second; after a reset its plain read. The
+    # bound is loose (a tick may ask too) and still far below a loop's hundreds.
+    assert asked <= 2 * (PACED_WINDOW_S / PACE_FLOOR_S + PACE_BURST) + 1, asked
     text = serve.get("/metrics").text
     paced = metric(text, "gpuledger_nomad_watch_paced_total")
     assert paced is not None and paced >= 1

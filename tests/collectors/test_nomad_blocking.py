@@ -198,10 +198,12 @@ def test_the_pace_refills_over_quiet_time_and_never_past_two() -> None:
     assert pacer.pause(1000.0) == pytest.approx(10.0)  # ...with two, not a hundred
 
 
-def test_the_pace_has_a_floor_of_a_second_whatever_the_interval() -> None:
-    pacer = Pacer(every_s=0.01)
+def test_the_watchers_pace_is_a_second_not_the_interval() -> None:
+    # A real Nomad v1.6.5 answers one `nomad alloc stop` with several writes within a second:
+    # held an interval after two, the watch showed the stop 30 s late.
+    pacer = Pacer()
     pauses = [pacer.pause(0.0) for _ in range(3)]
-    assert pauses[2] == pytest.approx(PACE_FLOOR_S)
+    assert pauses == [0.0, 0.0, pytest.approx(PACE_FLOOR_S)]
 
 
 def test_requests_a_minute_against_a_server_that_never_blocks_are_bounded() -> None:
@@ -211,7 +213,7 @@ def test_requests_a_minute_against_a_server_that_never_blocks_are_bounded() -> N
         while now < 60.0:
             asked += 1
             now += pacer.pause(now)
-        assert asked <= 60.0 / max(every, PACE_FLOOR_S) + PACE_BURST + 1, (every, asked)
+        assert asked <= 60.0 / every + PACE_BURST + 1, (every, asked)
 
 
 def test_answers_whose_queries_blocked_are_never_held_as_a_real_deployment_gives_them() -> None:

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 from structlog.testing import capture_logs
 
-from gpuledger.collectors.nomad_blocking import QueryMeta
+from gpuledger.collectors.nomad_blocking import PACE_BURST, PACE_FLOOR_S, QueryMeta
 from gpuledger.collectors.nomad_cluster import Blocked, BlockingRead
 from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings
 from gpuledger.errors import SourceError, SourceName
@@ -257,13 +257,14 @@ def test_a_token_rotated_while_a_query_blocks_recovers_within_the_budget(
     assert w.view() == b"v6"
 
 
-def test_a_churning_cluster_is_read_twice_at_once_then_once_an_interval(
+def test_a_churning_cluster_is_read_twice_at_once_then_once_a_second(
     clock: WatchClock,
 ) -> None:
     endpoint = Endpoint(clock)
     w, decoded = watch(endpoint)
-    run_for(w, clock, 10 * INTERVAL, lambda: endpoint.change(b"v%d" % endpoint.index))
-    assert 10 <= len(endpoint.asked) <= 13  # polling would be 10; a busy loop, thousands
+    run_for(w, clock, 60.0, lambda: endpoint.change(b"v%d" % endpoint.index))
+    # The pace: a second (PACE_FLOOR_S) after a burst of two; a busy loop would be thousands.
+    assert 55 <= len(endpoint.asked) <= 60 / PACE_FLOOR_S + PACE_BURST + 1
     assert len(decoded) == len(endpoint.asked)  # every answer was a change, and taken
 
 

@@ -152,7 +152,10 @@ def index_step(previous: int, meta: QueryMeta, elapsed: float, wait: timedelta) 
 PACE_BURST = 2.0
 """Answers at once a watcher takes without waiting, before the pace holds it."""
 PACE_FLOOR_S = 1.0
-"""The least pace, whatever the interval: no watcher asks twice a second on answers at once."""
+"""The pace: after its burst, a watcher asks at most once a second on answers that came at
+once. Not the interval: a real Nomad v1.6.5 answers one `nomad alloc stop` with several writes
+to the node's allocations within a second (the stop, the replacement, the client's updates),
+and a watch held an interval after them showed the stop 30 s late."""
 
 
 @dataclass
@@ -160,14 +163,13 @@ class Pacer:
     """Consul's "Rate limit" for one watcher: every answer to a blocking query that says the
     index moved (forwards, or backwards: a reset) may have come at once, and a watcher that
     asked again at once would loop as fast as the server answers. A token bucket: two such
-    answers without a wait, then one every ``every_s`` (the interval, at least
-    ``PACE_FLOOR_S``). A quiet cluster is never held (its answers block), nor one whose
-    changes come a second or more apart (an answer that blocked that long fills the bucket
-    again), one churning faster degrades into polling, and a server (or a proxy) that does not
-    block is asked at most
+    answers without a wait, then one every ``every_s`` (``PACE_FLOOR_S``, a second). A quiet
+    cluster is never held (its answers block), nor one whose changes come a second or more
+    apart (an answer that blocked that long fills the bucket again); one churning faster is
+    asked once a second, and a server (or a proxy) that does not block at most
     ``60 / every_s + 2`` times a minute. Time is passed in (``Clock.monotonic()``)."""
 
-    every_s: float
+    every_s: float = PACE_FLOOR_S
     tokens: float = PACE_BURST
     at: float | None = None
     paced: int = 0
@@ -182,7 +184,7 @@ class Pacer:
         fills the bucket again and costs nothing. (A real Nomad v1.6.5's deployment marks its
         allocations healthy a second apart: charged, those answers emptied the bucket and held
         the watch an interval, so the next change was seen up to an interval late.)"""
-        every = max(self.every_s, PACE_FLOOR_S)
+        every = self.every_s
         if blocked_s >= PACE_FLOOR_S:
             self.tokens, self.at, self.began = PACE_BURST, now, False
             return 0.0

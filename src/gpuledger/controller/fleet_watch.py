@@ -13,9 +13,9 @@ while blocking queries block; the interval when the server does not block (a 0 o
 index, or the same index answered at once: a proxy) or fails (exponential from one second,
 capped at the interval, each retry a plain read that answers at once); and after two quick
 changes, the pace every watcher on Nomad shares (``nomad_blocking.Pacer``, Consul's "Rate
-limit": a burst of 2, then one change an interval, counted in
-``gpuledger_nomad_watch_paced_total``), so a churning cluster degrades into polling, and an
-index that moves or goes back at every answer is no busy loop.
+limit": a burst of 2, then one change a second, counted in
+``gpuledger_nomad_watch_paced_total``), so an index that moves or goes back at every answer is
+no busy loop.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class FleetWatch(Generic[T]):
         self._error: SourceError | None = None
         self._leaderless: float | None = None
         self._relist = self._said_polling = self._churning = False
-        self._pacer = Pacer(settings.interval)
+        self._pacer = Pacer()
 
     # ---------------------------------------------------------------- one request
 
@@ -205,7 +205,7 @@ class FleetWatch(Generic[T]):
         self.watching = blocking
 
     def _paced(self, now: float, blocked_s: float) -> float:
-        """After a change, the pace's pause (``Pacer``: two at once, then one an interval;
+        """After a change, the pace's pause (``Pacer``: two at once, then one a second;
         none after a query that blocked); the first hold of a run is said."""
         pause = self._pacer.pause(now, blocked_s)
         if self._pacer.began:

@@ -11,8 +11,8 @@ from the last answer's. What a blocking-query client must handle:
 - **The pace.** An answer whose index moved (forwards or backwards) may have come at once: a
   proxy that rewrites the index, servers that lag each other behind a balancer. The watch's
   ``Pacer`` (``collectors/nomad_blocking``, the fleet's too) lets two such answers through,
-  then holds the next request to one an interval, so a Nomad that does not block is asked a
-  bounded number of times a minute, never in a loop; each hold is counted
+  then holds the next request to one a second, so a Nomad that does not block is asked at
+  most 62 times a minute, never in a loop; each hold is counted
   (``gpuledger_nomad_watch_paced_total``) and the first of a run logged.
 - **No watch to be had.** An answer without an index (``0`` or none: an old agent, a proxy), or
   one that came back at once with the index asked (a proxy that drops ``index``), is not a
@@ -130,7 +130,7 @@ class NomadWatch:
         self.on_change = on_change
         self.state = WatchState()
         self.restarts = 0
-        self.pacer = Pacer(interval_s)
+        self.pacer = Pacer()
         self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
         self._lister: Lister | None = None

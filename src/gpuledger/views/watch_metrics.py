@@ -72,7 +72,7 @@ def watch_families(
     paced = CounterMetricFamily(
         "gpuledger_nomad_watch_paced",
         "Answers whose index moved at once after which the watch held its next request to its "
-        "pace (two at once, then one an interval).",
+        "pace (two at once, then one a second).",
         labels=names,
     )
     for values, w in watches:
