@@ -154,7 +154,7 @@ def test_the_table_is_the_one_in_the_docs(
     assert code == 0
     shown = out.replace(prometheus.url, "http://prometheus:9090")
     lines = shown.splitlines()
-    assert lines[0].startswith("GPU-hours from 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z")
+    assert lines[0].startswith("Card-hours from 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z")
     assert lines[3].split()[:2] == ["ml", "eval"]  # the most idle job first
     page = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
     assert shown in page, "docs/report.md's table is stale: paste this run's table\n" + shown
