@@ -49,7 +49,7 @@ def test_every_job_shows_the_hours_worked_out_from_the_spans(
     code, out, err = report(capsys, prometheus.url, "--json")
     assert (code, err) == (0, "")
     doc = json.loads(out)
-    assert (doc["schema"], doc["since"], doc["until"]) == (1, "2026-11-09T00:00:00Z", UNTIL)
+    assert (doc["schema"], doc["since"], doc["until"]) == (2, "2026-11-09T00:00:00Z", UNTIL)
     expected = expected_jobs(week.world)
     got = {(j["namespace"], j["job"]): j for j in doc["jobs"]}
     assert set(got) == set(expected)
