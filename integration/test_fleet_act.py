@@ -6,6 +6,8 @@ and locks ``sim/nomad_vars.py``). What issue 27's "Done when" asks, each shown h
 - a reserved-idle notebook's group scaled to 0 exactly once, and the plan equal to the acts;
 - the grace, exclusions, keep-until and rate limits honoured;
 - the lock with two replicas and a failover within the TTL plus the lock delay, no act twice;
+  on Nomad 1.6 (no Variable locks) the same with a lease written with check-and-set, and on a
+  Nomad without Variables ``--act apply`` refused (exit 2) naming the version;
 - each Nomad refusal handled (403, a job changed since the plan, 500, a version without the
   index check);
 - the audit after a restart;
@@ -472,3 +474,82 @@ def test_an_act_answered_by_anything_but_nomads_answer_is_a_failure_tried_again(
     assert act_world.nomad.writes_to(SCALE) == []  # none of it reached Nomad
     # Still planned, held after each try and due again at the sweep after: never done.
     assert served.planned()["notebook"]["state"] in {"due", "held"}
+
+
+STOP = "/v1/allocation/:id/stop"
+LOCK = "nomad/jobs/gpuledger-fleet/actor"
+
+
+STOP_POLICY = """\
+version: 1
+acting:
+  max_per_hour: 10
+actions:
+  - on: unreserved-tenant
+    after: 2h
+    act: stop-allocation
+"""
+
+
+def _stray(node: str, index: int, job: str) -> SimGpu:
+    """A task of ``job`` on a GPU its allocation did not reserve, for 30 h."""
+    uuid, since = "GPU-" + sim_uuid("lease", node, index), time.time() - 30 * 3600
+    return SimGpu(index, uuid, CARD, "unaccounted", since, 60.0, ("default", job, "main"),
+                  "unreserved")  # fmt: skip
+
+
+def test_on_nomad_1_6_a_lease_one_actor_and_a_failover_no_act_twice(
+    tmp_path: Path, serve: Callable[..., Served]
+) -> None:
+    # Nomad 1.6 has Variables and their check-and-set, no locks (from 1.7), and no scale with
+    # an index (from 1.8.2): the acts here are stops, and the actor's lock is a lease.
+    nodes = [SimNode("gpu-lease-1", sim_uuid("lease", 1), [_stray("1", 0, "stray-a")]),
+             SimNode("gpu-lease-2", sim_uuid("lease", 2), [_stray("2", 0, "stray-b")])]  # fmt: skip
+    with FleetSim(nodes) as sim, FakeNomad("00000000-0000-4000-8000-00000000f1ee") as nomad:
+        nomad.cluster = sim
+        nomad.version = "1.6.5"
+        targets, policy = tmp_path / "targets", tmp_path / "stop.yaml"
+        targets.write_text("\n".join(sim.bound_targets()) + "\n")
+        policy.write_text(STOP_POLICY)
+        ttl, delay = 10, 10
+        argv = ["--act", "apply", "--act-lock-ttl", f"{ttl}s", "--act-lock-delay", f"{delay}s",
+                "--targets-file", str(targets), "--nomad-addr", nomad.url,
+                "--policy", str(policy), "--timeout", "2s"]  # fmt: skip
+        a = serve(argv, tmp_path / "a.log")
+        until(lambda: a.actions()["lock"]["held"], why="a holds the lease")
+        b = serve(argv, tmp_path / "b.log")
+        holder = until(lambda: b.actions()["lock"]["holder"], why="b says who holds the lease")
+        assert holder == a.actions()["actor"]
+        assert not b.actions()["lock"]["held"]
+        assert (nomad.variables.items(LOCK) or {})["holder"] == holder
+        assert nomad.variables.holder(LOCK) is None  # a plain Variable: no lock on 1.6
+        until(lambda: len(nomad.writes_to(STOP)) == 2, why="the holder's two stops")
+        for _ in range(10):  # never both holding while both run
+            assert [a.actions()["lock"]["held"], b.actions()["lock"]["held"]] == [True, False]
+            time.sleep(0.3)
+        killed = time.monotonic()
+        a.stop(signal.SIGKILL)  # no release: the lease must expire
+        until(lambda: b.actions()["lock"]["held"], wait=ttl + delay + 15, why="b takes over")
+        took = time.monotonic() - killed
+        print(f"failover on 1.6.5: b held the lease {took:.1f}s after a was killed "
+              f"(TTL {ttl}s + delay {delay}s)")  # fmt: skip
+        assert took <= ttl + delay + ttl / 3 + 3, took
+        sweeps = sim.answered[200] + sim.answered[304]
+        until(lambda: sim.answered[200] + sim.answered[304] >= sweeps + 12, why="four sweeps")
+        # b read a's stops back from Nomad's Variables: neither allocation is stopped twice.
+        stopped = [w.path for w in nomad.writes_to(STOP)]
+        assert sorted(stopped) == sorted({*stopped}) and len(stopped) == 2, stopped
+        lease = nomad.variables.items(LOCK) or {}
+        assert lease["holder"] == b.actions()["actor"] and int(lease["renewals"]) > 0
+        assert nomad.variables.holder(LOCK) is None
+
+
+def test_apply_on_a_nomad_without_variables_exits_2_naming_the_version(act_world: World) -> None:
+    act_world.nomad.version = "1.3.16"
+    proc = subprocess.run([*GPULEDGER, "fleet", "serve", "--listen", "127.0.0.1:0", "--act",
+                           "apply", *act_world.flags()], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--act apply: Nomad 1.3.16 has no Variables (Nomad 1.4 and later)" in proc.stderr
+    assert "upgrade Nomad to 1.4 or later, or run --act plan" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -190,6 +190,15 @@ def test_mutual_tls_with_the_agent() -> None:
     assert "--nomad-ca-cert" not in identity.args
 
 
+def test_gpu_devices_other_than_nvidias_reach_every_job() -> None:
+    files = rendered("nomad.gpuDevices={amd/gpu,nomad/file/mock}")
+    for name in ("gpuledger.nomad.hcl", "gpuledger.wi.nomad.hcl", "gpuledger-fleet.nomad.hcl"):
+        job = job_file(files[name])
+        assert flag(job.args, "--nomad-gpu-devices") == "amd/gpu,nomad/file/mock", name
+    default = job_file(rendered()["gpuledger.nomad.hcl"])  # nvidia/gpu is gpuledger's own default
+    assert "--nomad-gpu-devices" not in default.args
+
+
 def test_no_policy_variable_means_the_built_in_policy() -> None:
     job = job_file(rendered("policy.fromVariable=false")["gpuledger.nomad.hcl"])
     assert "--policy" not in job.args

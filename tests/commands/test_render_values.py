@@ -224,6 +224,11 @@ def test_keys_that_need_not_agree_when_the_fleet_is_off() -> None:
         (["--set", "node.port=x"], "gpuledger render: --set node.port=x: node.port: 'x' is not"),
         (["--set", "a=x,a.b=c"], "gpuledger render: --set a=x,a.b=c: unable to parse key"),
         (["-f", "/nonexistent.yaml"], "gpuledger render: -f /nonexistent.yaml: cannot read"),
+        (
+            ["--set", "nomad.gpuDevices={amd}"],
+            "gpuledger render: --set nomad.gpuDevices={amd}: nomad.gpuDevices[0]: 'amd' is not "
+            "VENDOR/TYPE",
+        ),
     ],
 )
 def test_the_command_line_exits_2_with_one_message(args: list[str], expected: str) -> None:

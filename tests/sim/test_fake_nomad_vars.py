@@ -357,6 +357,22 @@ def test_before_1_7_a_lock_acquire_is_a_plain_write(fake: FakeNomad) -> None:
     assert put(fake, ACTOR, {"Lock": {"TTL": "15s"}}, "lock-acquire").status_code == 400
 
 
+def test_before_1_7_a_conflict_answers_the_variable_without_a_lock_field(fake: FakeNomad) -> None:
+    # nomad/structs/variables.go (1.6.5): VariableDecrypted is VariableMetadata (Namespace,
+    # Path, CreateIndex, CreateTime, ModifyIndex, ModifyTime) and Items, no Lock.
+    fake.version = "1.6.5"
+    body = {"Path": ACTOR, "Items": {"holder": "a"}}
+    assert put(fake, ACTOR, body, "cas=0").status_code == 200
+    conflict = put(fake, ACTOR, {**body, "Items": {"holder": "b"}}, "cas=0")
+    assert conflict.status_code == 409
+    assert set(conflict.json()) == {
+        "Namespace", "Path", "CreateIndex", "CreateTime", "ModifyIndex", "ModifyTime", "Items"
+    }  # fmt: skip
+    assert conflict.json()["Items"] == {"holder": "a"}
+    fake.version = "1.7.0"
+    assert put(fake, ACTOR, body, "cas=0").json()["Lock"] is None  # the locks page's sample
+
+
 def test_before_1_4_there_are_no_variables(fake: FakeNomad) -> None:
     fake.version = "1.3.16"
     answer = get(fake, f"/v1/var/{ACTOR}")

@@ -38,6 +38,7 @@ from nomad.api.base import Requester
 
 from gpuledger.collectors.nomad_transport import CALL_ERRORS, Call, NomadApi, NomadSettings
 from gpuledger.model.actions import AllocFacts, JobFacts
+from gpuledger.model.health import NVIDIA_GPU, GpuDeviceKind, is_gpu_device
 from gpuledger.model.text import excerpt, is_text, text_of
 
 ACT_POLICY = "deploy/nomad/gpuledger-act.policy.hcl"
@@ -115,22 +116,20 @@ def _meta(value: object) -> dict[str, str]:
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def _gpus(doc: Mapping[str, Any]) -> frozenset[str]:
-    """The ``nvidia``/``gpu`` device IDs of an allocation's ``AllocatedResources``."""
+def _gpus(doc: Mapping[str, Any], kinds: tuple[GpuDeviceKind, ...]) -> frozenset[str]:
+    """The GPU device IDs (of ``kinds``) of an allocation's ``AllocatedResources``."""
     found: set[str] = set()
     tasks = (doc.get("AllocatedResources") or {}).get("Tasks") or {}
     for task in tasks.values() if isinstance(tasks, Mapping) else ():
         for device in (task or {}).get("Devices") or ():
-            if (
-                isinstance(device, Mapping)
-                and device.get("Vendor") == "nvidia"
-                and (device.get("Type") == "gpu")
+            if isinstance(device, Mapping) and is_gpu_device(
+                kinds, device.get("Vendor"), device.get("Type"), device.get("Name")
             ):
                 found.update(i for i in device.get("DeviceIDs") or () if isinstance(i, str))
     return frozenset(found)
 
 
-def parse_alloc(doc: object) -> AllocFacts:
+def parse_alloc(doc: object, kinds: tuple[GpuDeviceKind, ...] = NVIDIA_GPU) -> AllocFacts:
     """One allocation of Nomad's answer; ``ValueError`` for what is not one."""
     if not isinstance(doc, Mapping) or not _text(doc.get("ID")):
         raise ValueError("an allocation without an ID")
@@ -147,12 +146,12 @@ def parse_alloc(doc: object) -> AllocFacts:
         desired=_text(doc.get("DesiredStatus")),
         client=_text(doc.get("ClientStatus")),
         name_index=int(name.group(1)) if name else None,
-        gpus=_gpus(doc),
+        gpus=_gpus(doc, kinds),
         moving=migrating or canary,
     )
 
 
-def parse_job(doc: object, allocs: Any) -> JobFacts:
+def parse_job(doc: object, allocs: Any, kinds: tuple[GpuDeviceKind, ...] = NVIDIA_GPU) -> JobFacts:
     """A job of Nomad's answer, with its allocations; ``ValueError`` for what is not one."""
     if not isinstance(doc, Mapping) or not _text(doc.get("ID")):
         raise ValueError("a job without an ID")
@@ -174,7 +173,7 @@ def parse_job(doc: object, allocs: Any) -> JobFacts:
         counts=counts,
         meta=_meta(doc.get("Meta")),
         group_meta=group_meta,
-        allocs=tuple(parse_alloc(a) for a in allocs if isinstance(a, Mapping))
+        allocs=tuple(parse_alloc(a, kinds) for a in allocs if isinstance(a, Mapping))
         if isinstance(allocs, list)
         else (),
         stopped=doc.get("Stop") is True,
@@ -235,7 +234,8 @@ class NomadActs(NomadApi):
         """The allocation, or ``None`` when Nomad has none of that ID (404)."""
         path = f"/v1/allocation/{quote(alloc_id, safe='')}"
         doc = self.get(path, "read-job", missing_ok=True)
-        return None if doc is None else self._parsed(path, lambda: parse_alloc(doc))
+        kinds = self._settings.gpu_devices
+        return None if doc is None else self._parsed(path, lambda: parse_alloc(doc, kinds))
 
     def job(self, namespace: str, job: str) -> JobFacts:
         """The job and its allocations."""
@@ -243,7 +243,8 @@ class NomadActs(NomadApi):
         params = {"namespace": namespace}
         doc = self.get(base, "read-job", params)
         allocs = self.get(f"{base}/allocations", "read-job", params)
-        facts: JobFacts = self._parsed(base, lambda: parse_job(doc, allocs))
+        kinds = self._settings.gpu_devices
+        facts: JobFacts = self._parsed(base, lambda: parse_job(doc, allocs, kinds))
         return facts
 
     def version(self) -> tuple[int, ...]:
@@ -340,7 +341,9 @@ class NomadActs(NomadApi):
             why = f"403 {said}: the token lacks {capability}; grant it as {ACT_POLICY} does"
             return ActOutcome(Result.REFUSED, status, self._redact(why))
         if status == 409 or (status == 500 and _INDEX_CHANGED in said):
-            return ActOutcome(Result.CHANGED, status, self._redact(f"{status} {said}"))
+            # A Variable's check-and-set answers the variable as it is now: the caller reads it.
+            body = resp.content[:65536]
+            return ActOutcome(Result.CHANGED, status, self._redact(f"{status} {said}"), body)
         if 400 <= status < 500:
             return ActOutcome(Result.REFUSED, status, self._redact(f"{status} {said}"))
         return ActOutcome(Result.FAILED, status, self._redact(f"{status} {said}"))

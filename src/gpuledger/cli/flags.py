@@ -161,6 +161,13 @@ def add_nomad(p: argparse.ArgumentParser, *, node: bool) -> None:
         default=None,
         help="do not verify Nomad's certificate ($NOMAD_SKIP_VERIFY); insecure",
     )
+    n.add_argument(
+        "--nomad-gpu-devices",
+        type=types.gpu_devices,
+        metavar="VENDOR/TYPE[/NAME],...",
+        help="which of Nomad's devices are GPUs, as a job's device block names them "
+        "(default nvidia/gpu; AMD's plugin: amd/gpu)",
+    )
 
 
 def nomad_of(args: argparse.Namespace) -> NomadFlags:
@@ -171,6 +178,7 @@ def nomad_of(args: argparse.Namespace) -> NomadFlags:
         off=args.no_nomad,
         token_file=args.nomad_token_file,
         tls=tls_of(args, "nomad", args.nomad_skip_verify),
+        gpu_devices=args.nomad_gpu_devices,
     )
 
 

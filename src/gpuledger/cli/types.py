@@ -7,7 +7,14 @@ import argparse
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from gpuledger.commands.options import parse_duration, parse_instant, parse_shard, parse_since
+from gpuledger.commands.options import (
+    GpuDeviceKind,
+    parse_duration,
+    parse_gpu_devices,
+    parse_instant,
+    parse_shard,
+    parse_since,
+)
 from gpuledger.model import Level
 from gpuledger.model.owners import check_owner_keys
 
@@ -32,6 +39,14 @@ def duration(text: str) -> timedelta:
     if span <= timedelta(0):
         raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0s")
     return span
+
+
+def gpu_devices(text: str) -> tuple[GpuDeviceKind, ...]:
+    """``VENDOR/TYPE[/NAME],…``: which of Nomad's devices are GPUs."""
+    try:
+        return parse_gpu_devices(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def instant(text: str) -> datetime:

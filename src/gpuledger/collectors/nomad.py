@@ -42,7 +42,7 @@ from gpuledger.collectors.nomad_transport import (
     settings_from_env,
 )
 from gpuledger.model import Allocation, AllocLookup, AllocLookupResult, NomadView
-from gpuledger.model.health import NomadDevice
+from gpuledger.model.health import NVIDIA_GPU, GpuDeviceKind, NomadDevice, is_gpu_device
 from gpuledger.model.owners import DEFAULT_OWNER_KEYS, JobOwner, merge_meta, resolve_owner
 from gpuledger.model.redact import redact_url_passwords
 from gpuledger.model.text import excerpt, is_text
@@ -92,12 +92,14 @@ def _text(doc: Mapping[str, Any], key: str, where: str, default: str = "") -> st
     return str(value)
 
 
-def _gpu_ids(task_resources: Mapping[str, Any], where: str) -> tuple[str, ...]:
+def _gpu_ids(
+    task_resources: Mapping[str, Any], where: str, kinds: tuple[GpuDeviceKind, ...]
+) -> tuple[str, ...]:
     ids: list[str] = []
     # go-codec encodes empty slices as null: Devices and DeviceIDs may both be None.
     for i, raw in enumerate(_items(task_resources.get("Devices"), f"{where}.Devices")):
         device = _mapping(raw, f"{where}.Devices[{i}]")
-        if device.get("Vendor") == "nvidia" and device.get("Type") == "gpu":
+        if is_gpu_device(kinds, device.get("Vendor"), device.get("Type"), device.get("Name")):
             for j, gpu in enumerate(_items(device.get("DeviceIDs"), f"{where}.DeviceIDs")):
                 if not is_text(gpu):
                     raise ValueError(f"{where}.Devices[{i}].DeviceIDs[{j}] is not a string")
@@ -105,8 +107,10 @@ def _gpu_ids(task_resources: Mapping[str, Any], where: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
-def parse_node_devices(doc: Any) -> tuple[NomadDevice, ...] | None:
-    """The ``nvidia``/``gpu`` device instances Nomad fingerprinted, from ``/v1/node/<id>``;
+def parse_node_devices(
+    doc: Any, kinds: tuple[GpuDeviceKind, ...] = NVIDIA_GPU
+) -> tuple[NomadDevice, ...] | None:
+    """The GPU device instances (of ``kinds``) Nomad fingerprinted, from ``/v1/node/<id>``;
     ``None`` for a node without ``NodeResources`` (Nomad before 0.9 had no devices: nothing to
     compare), ``()`` for one whose plugin fingerprinted none. ``ValueError`` for a shape Nomad
     never answers."""
@@ -118,7 +122,7 @@ def parse_node_devices(doc: Any) -> tuple[NomadDevice, ...] | None:
     for i, raw in enumerate(_items(resources.get("Devices"), "NodeResources.Devices")):
         where = f"NodeResources.Devices[{i}]"
         group = _mapping(raw, where)
-        if group.get("Vendor") != "nvidia" or group.get("Type") != "gpu":
+        if not is_gpu_device(kinds, group.get("Vendor"), group.get("Type"), group.get("Name")):
             continue
         name = _text(group, "Name", where)
         for j, item in enumerate(_items(group.get("Instances"), f"{where}.Instances")):
@@ -177,11 +181,16 @@ def _owners(
     return owners, resolve_owner(merge_meta(group_meta, job_meta), namespace, keys)
 
 
-def parse_allocation(doc: Any, owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS) -> Allocation:
+def parse_allocation(
+    doc: Any,
+    owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS,
+    kinds: tuple[GpuDeviceKind, ...] = NVIDIA_GPU,
+) -> Allocation:
     """The allocation a Nomad allocation JSON object describes; ``ValueError`` says what is
     malformed (not an object, no ID, a field of the wrong type, a lone surrogate).
 
-    ``gpus_by_task`` holds only the tasks that reserved at least one ``nvidia``/``gpu`` device;
+    ``gpus_by_task`` holds only the tasks that reserved at least one GPU device (of ``kinds``:
+    ``nvidia``/``gpu`` unless ``--nomad-gpu-devices`` says otherwise);
     ``owners`` each task's owner by ``owner_keys`` (``model/owners.py``).
     """
     doc = _mapping(doc, "the allocation")
@@ -196,7 +205,7 @@ def parse_allocation(doc: Any, owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS)
         task_where = f"{where}.AllocatedResources.Tasks[{excerpt(name)}]"
         if not is_text(name):
             raise ValueError(f"{task_where}: the task name is not a string")
-        if ids := _gpu_ids(_mapping(res, task_where), task_where):
+        if ids := _gpu_ids(_mapping(res, task_where), task_where, kinds):
             gpus[name] = ids
     # The Read Allocation sample of the docs has no Namespace; every real one does.
     namespace = _text(doc, "Namespace", where, "default")
@@ -322,7 +331,7 @@ class NomadReader(NomadApi):
         name = doc.get("Name")
         self._node_name = name if is_text(name) and name else None
         try:
-            self._devices = parse_node_devices(doc)
+            self._devices = parse_node_devices(doc, self._settings.gpu_devices)
         except ValueError as err:
             raise self._error(
                 f"GET {path} answered a node whose devices gpuledger cannot read ({err})",
@@ -365,7 +374,7 @@ class NomadReader(NomadApi):
             failure = self._failure(Call(path, "read-job", ""), err)
             return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
         try:
-            allocation = parse_allocation(doc, self.mode.owner_keys)
+            allocation = parse_allocation(doc, self.mode.owner_keys, self._settings.gpu_devices)
             return AllocLookupResult(AllocLookup.VISIBLE, allocation=allocation)
         except ValueError as err:
             # Malformed is not "cannot tell": this Nomad answers what gpuledger cannot read.
@@ -481,7 +490,8 @@ class NomadReader(NomadApi):
             raise self._error(f"GET {path} answered no list", "check the Nomad agent's version")
         try:
             keys = self.mode.owner_keys
-            allocations = tuple(parse_allocation(doc, keys) for doc in docs)
+            kinds = self._settings.gpu_devices
+            allocations = tuple(parse_allocation(doc, keys, kinds) for doc in docs)
         except ValueError as err:
             raise self._error(
                 f"GET {path} answered an allocation gpuledger cannot read ({err})",

@@ -26,6 +26,7 @@ from gpuledger.collectors.nomad_blocking import QueryMeta, parse_query_meta, que
 from gpuledger.collectors.nomad_transport import Call, NomadSettings
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model.fleet_values import ClusterNode, Target, base_url, text_or_none
+from gpuledger.model.health import NVIDIA_GPU, GpuDeviceKind, is_gpu_device
 from gpuledger.model.text import is_text
 
 NODE_READ_HINT = 'grant the token node { policy = "read" }'
@@ -64,12 +65,14 @@ class _Service(Requester):  # type: ignore[misc]
     ENDPOINT = "service"
 
 
-def _gpus(resources: Mapping[str, Any] | None) -> tuple[int, frozenset[str]]:
-    """How many ``nvidia``/``gpu`` instances a node's ``NodeResources`` lists, and their ids."""
+def _gpus(
+    resources: Mapping[str, Any] | None, kinds: tuple[GpuDeviceKind, ...]
+) -> tuple[int, frozenset[str]]:
+    """How many GPU instances (of ``kinds``) a node's ``NodeResources`` lists, and their ids."""
     count, ids = 0, set()
     # go-codec encodes empty slices as null: Devices and Instances may both be None.
     for device in (resources or {}).get("Devices") or ():
-        if device.get("Vendor") == "nvidia" and device.get("Type") == "gpu":
+        if is_gpu_device(kinds, device.get("Vendor"), device.get("Type"), device.get("Name")):
             instances = device.get("Instances") or ()
             count += len(instances)
             for instance in instances:
@@ -78,11 +81,15 @@ def _gpus(resources: Mapping[str, Any] | None) -> tuple[int, frozenset[str]]:
     return count, frozenset(ids)
 
 
-def _cluster_node(stub: Mapping[str, Any], resources: Mapping[str, Any] | None) -> ClusterNode:
+def _cluster_node(
+    stub: Mapping[str, Any],
+    resources: Mapping[str, Any] | None,
+    kinds: tuple[GpuDeviceKind, ...] = NVIDIA_GPU,
+) -> ClusterNode:
     node_id = stub.get("ID")
     if not isinstance(node_id, str) or not node_id or not is_text(node_id):
         raise ValueError("a node without an ID")
-    count, ids = _gpus(resources)
+    count, ids = _gpus(resources, kinds)
     return ClusterNode(
         id=node_id,
         name=_text(stub.get("Name"), node_id),
@@ -94,26 +101,34 @@ def _cluster_node(stub: Mapping[str, Any], resources: Mapping[str, Any] | None) 
     )
 
 
-def _node_of(stub: object, resources_of: Callable[[Mapping[str, Any]], object]) -> ClusterNode:
+def _node_of(
+    stub: object,
+    resources_of: Callable[[Mapping[str, Any]], object],
+    kinds: tuple[GpuDeviceKind, ...],
+) -> ClusterNode:
     if not isinstance(stub, Mapping):
         raise ValueError("a node that is not an object")
     resources = resources_of(stub)
     if resources is not None and not isinstance(resources, Mapping):
         raise ValueError("a node whose NodeResources is not an object")
-    return _cluster_node(stub, resources)
+    return _cluster_node(stub, resources, kinds)
 
 
 def decode_nodes(
-    stubs: object, resources_of: Callable[[Mapping[str, Any]], object], path: str
+    stubs: object,
+    resources_of: Callable[[Mapping[str, Any]], object],
+    path: str,
+    kinds: tuple[GpuDeviceKind, ...] = NVIDIA_GPU,
 ) -> tuple[ClusterNode, ...]:
     """The nodes of a ``/v1/nodes`` answer (any JSON value); ``resources_of(stub)``: a stub's
-    ``NodeResources`` (asked of Nomad when the list has none). ``SourceError`` says why not."""
+    ``NodeResources`` (asked of Nomad when the list has none); ``kinds``: which devices are
+    GPUs. ``SourceError`` says why not."""
     if not isinstance(stubs, list):
         raise SourceError(
             SourceName.NOMAD, f"GET {path} answered no list", "check the Nomad version"
         )
     try:
-        return tuple(_node_of(stub, resources_of) for stub in stubs)
+        return tuple(_node_of(stub, resources_of, kinds) for stub in stubs)
     except (ValueError, AttributeError, TypeError) as err:
         raise SourceError(
             SourceName.NOMAD,
@@ -187,7 +202,7 @@ class NomadCluster(NomadReader):
         self._service = self._requester(_Service(**self._client.requester_settings))
 
     def nodes(self) -> tuple[ClusterNode, ...]:
-        """Every node Nomad knows, with how many NVIDIA GPUs it fingerprinted."""
+        """Every node Nomad knows, with how many GPUs it fingerprinted."""
         self._refresh_token()
         call = Call("/v1/nodes?resources=true", "node:read", NODE_READ_HINT)
         stubs = self._call(
@@ -197,7 +212,7 @@ class NomadCluster(NomadReader):
             ),
         )
         try:
-            return decode_nodes(stubs, self._resources, call.path)
+            return decode_nodes(stubs, self._resources, call.path, self._settings.gpu_devices)
         except SourceError as err:
             raise self._error(err.message, err.hint or "") from None
 
@@ -232,7 +247,7 @@ class NomadCluster(NomadReader):
         call = Call("/v1/nodes?resources=true", "node:read", NODE_READ_HINT)
         stubs = self._call(call, lambda: _json(body, _read_keys))
         try:
-            return decode_nodes(stubs, self._resources, call.path)
+            return decode_nodes(stubs, self._resources, call.path, self._settings.gpu_devices)
         except SourceError as err:
             raise self._error(err.message, err.hint or "") from None
 

@@ -49,6 +49,7 @@ from gpuledger.collectors.http_deadline import (
     watch_socket,
 )
 from gpuledger.errors import ConfigError, SourceError, SourceName
+from gpuledger.model.health import NVIDIA_GPU, GpuDeviceKind
 from gpuledger.model.redact import redact_url_passwords
 
 __all__ = [
@@ -93,6 +94,9 @@ class NomadSettings:
     skip_verify: bool = False
     node_id: str | None = None
     timeout: float = 5.0
+    gpu_devices: tuple[GpuDeviceKind, ...] = NVIDIA_GPU
+    """Which of Nomad's devices are GPUs (``--nomad-gpu-devices``): a reservation of another
+    kind is not a GPU's, a fingerprinted device of another kind not a GPU of the node."""
 
 
 def settings_from_env(env: Mapping[str, str]) -> NomadSettings:

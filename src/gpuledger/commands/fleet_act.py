@@ -19,6 +19,13 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuledger.actuators.act_client import NomadActs
+from gpuledger.actuators.actor_lease import (
+    VARIABLES_SINCE,
+    ActorLease,
+    HeldLock,
+    VersionedLock,
+    no_variables,
+)
 from gpuledger.actuators.actor_lock import LOCK_RANGE, ActorLock
 from gpuledger.actuators.audit_log import AuditLog, AuditVariables, read_audit_file
 from gpuledger.collectors.ledgers import BINDING, LedgerReader
@@ -27,7 +34,7 @@ from gpuledger.commands.options import ActFlags
 from gpuledger.controller.actor import ActConfig, Actor, LockKeeper
 from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.fleet_loop import FleetController
-from gpuledger.errors import ExitCode, UsageError
+from gpuledger.errors import ExitCode, SourceError, UsageError
 from gpuledger.model.action_docs import audit_doc, planned_doc
 from gpuledger.model.actions import ActingStatus, ActMode
 from gpuledger.model.fleet_values import Target
@@ -112,20 +119,31 @@ def make_actor(
     )
     keeper = None
     if mode is ActMode.APPLY:
-        lock = ActorLock(
-            NomadActs(options.nomad),
-            config.identity,
-            path=flags.lock_path,
-            namespace=flags.lock_namespace,
-            ttl=flags.lock_ttl,
-            delay=flags.lock_delay,
-            monotonic=clock.monotonic,
-            now=clock.now,
-        )
         keeper = LockKeeper(
-            lock, spare=min(options.nomad.timeout, flags.lock_ttl.total_seconds() / 2)
+            _actor_lock(NomadActs(options.nomad), config, clock),
+            spare=min(options.nomad.timeout, flags.lock_ttl.total_seconds() / 2),
         )
     return Actor(config, acts, audit, clock, keeper)
+
+
+def _actor_lock(acts: NomadActs, config: ActConfig, clock: Clock) -> VersionedLock:
+    """The lock ``--act apply`` holds: Nomad's Variable lock from 1.7, a lease in a Variable
+    written with check-and-set on 1.4 to 1.6; ``UsageError`` on a Nomad without Variables. A
+    Nomad that cannot be read now is asked again at each try to hold the lock."""
+    try:
+        version: tuple[int, ...] | None = acts.version()
+    except SourceError:
+        version = None
+    if version is not None and version < VARIABLES_SINCE:
+        raise UsageError(f"--act apply: {no_variables(version)}")
+
+    def make(kind: type[ActorLock] | type[ActorLease]) -> HeldLock:
+        return kind(acts, config.identity, path=config.lock_path,
+                    namespace=config.lock_namespace, ttl=config.lock_ttl,
+                    delay=config.lock_delay, monotonic=clock.monotonic,
+                    now=clock.now)  # fmt: skip
+
+    return VersionedLock(acts, version, make, config.lock_path, config.lock_ttl)
 
 
 def fleet_plan(

@@ -106,5 +106,6 @@ def nomad_env_settings(flags: NomadFlags, timeout: timedelta) -> NomadSettings:
         "tls_server_name": flags.tls.server_name,
         "skip_verify": flags.tls.skip_verify,
         "timeout": timeout.total_seconds(),
+        "gpu_devices": flags.gpu_devices,
     }
     return dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})

@@ -18,7 +18,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from gpuledger.model import time_text
+from gpuledger.model import health, time_text
+from gpuledger.model.health import GpuDeviceKind as GpuDeviceKind  # noqa: PLC0414 - for the CLI
 from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.redact import CommandMode
 
@@ -30,11 +31,12 @@ GpuBackend = Literal["auto", "nvml", "nvidia-smi"]
 ReportOutput = Literal["table", "json", "csv"]
 
 
-# The one reading of time (``model/time_text.py``), for the CLI, which reaches the model only
-# through commands.
+# The one reading of time (``model/time_text.py``) and of ``--nomad-gpu-devices``, for the CLI,
+# which reaches the model only through commands.
 parse_duration = time_text.parse_duration
 parse_instant = time_text.parse_instant
 parse_since = time_text.parse_since
+parse_gpu_devices = health.parse_gpu_devices
 
 
 def parse_shard(text: str) -> Shard:
@@ -67,6 +69,8 @@ class NomadFlags:
     """``--no-nomad``."""
     token_file: Path | None = None
     tls: TlsFlags = field(default_factory=TlsFlags)
+    gpu_devices: tuple[GpuDeviceKind, ...] | None = None
+    """``--nomad-gpu-devices``; ``None``: NVIDIA's ``nvidia/gpu``."""
 
 
 @dataclass(frozen=True)

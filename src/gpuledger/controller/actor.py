@@ -33,7 +33,7 @@ from pathlib import Path
 import structlog
 
 from gpuledger.actuators.act_client import ActOutcome, NomadActs, Result
-from gpuledger.actuators.actor_lock import ActorLock
+from gpuledger.actuators.actor_lease import HeldLock
 from gpuledger.actuators.audit_log import ACT_EVENTS, ActNote, AuditLog, counting
 from gpuledger.actuators.webhook import Webhooks
 from gpuledger.controller.clock import Clock
@@ -95,7 +95,7 @@ class LockKeeper:
     """Holds the actor lock between sweeps: renews every third of its TTL on its own thread
     (and session), and releases it at shutdown."""
 
-    def __init__(self, lock: ActorLock, spare: float = 5.0) -> None:
+    def __init__(self, lock: HeldLock, spare: float = 5.0) -> None:
         """``spare``: the seconds of the TTL an act must still have (Nomad's request timeout)."""
         self.lock, self.spare = lock, spare
         self._stop = threading.Event()

@@ -1,6 +1,7 @@
 """GPU health, from both sides: what the driver reports of a card's faults (``GpuHealth``, the
 Xid errors it logged, the GPUs it lost) and what the scheduler believes of it (``NomadDevice``:
-the devices Nomad's device plugin fingerprinted, each with Nomad's word on its health).
+the devices Nomad's device plugin fingerprinted, each with Nomad's word on its health), and
+which of Nomad's devices are GPUs (``GpuDeviceKind``, ``--nomad-gpu-devices``).
 
 Every field is optional on its own: an old driver, a card without ECC or a field the driver
 answers ``[N/A]`` leaves it ``None``, which is *unknown* — neither healthy nor unhealthy
@@ -14,7 +15,18 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["PCI_ADDRESS", "GpuHealth", "LostGpu", "NomadDevice", "XidEvent", "pci_key"]
+__all__ = [
+    "NVIDIA_GPU",
+    "PCI_ADDRESS",
+    "GpuDeviceKind",
+    "GpuHealth",
+    "LostGpu",
+    "NomadDevice",
+    "XidEvent",
+    "is_gpu_device",
+    "parse_gpu_devices",
+    "pci_key",
+]
 
 PCI_ADDRESS = r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?"
 """A PCI address, domain, bus and device (the function, when written, dropped): one pattern for
@@ -131,7 +143,8 @@ class XidEvent:
 
 @dataclass(frozen=True, slots=True)
 class NomadDevice:
-    """One instance of an ``nvidia``/``gpu`` device group as Nomad lists it for the node.
+    """One instance of a GPU device group (``nvidia``/``gpu`` unless ``--nomad-gpu-devices``
+    says otherwise) as Nomad lists it for the node.
 
     ``hashicorp/nomad-device-nvidia`` names each instance by the GPU's or MIG instance's UUID,
     groups instances by the card's name, and (``fingerprint.go``, v1.1) reports every
@@ -148,3 +161,70 @@ class NomadDevice:
     """``HealthDescription``: why Nomad marks it unhealthy, when it does."""
     pci_bus_id: str | None = None
     """``Locality.PciBusID`` as the plugin wrote it (``00000000:3B:00.0``), when given."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDeviceKind:
+    """A kind of Nomad device that is a GPU: a device plugin's ``Vendor`` and ``Type``, and
+    optionally its ``Name`` (a device group's name: the card's model for NVIDIA's plugin).
+
+    Nomad's devices are named ``vendor/type/name`` (the ``device`` block of a job), and each
+    plugin picks its own: NVIDIA's ``nvidia/gpu``, AMD's ``amd/gpu``, Nomad's example plugin
+    ``nomad/file/mock``. Their instance IDs are what gpuledger joins on the driver's GPU UUIDs.
+    """
+
+    vendor: str
+    type: str
+    name: str | None = None
+
+    def matches(self, vendor: object, kind: object, name: object) -> bool:
+        """Whether a device group with these fields is of this kind."""
+        same = vendor == self.vendor and kind == self.type
+        return same and (self.name is None or name == self.name)
+
+    def __str__(self) -> str:
+        return "/".join(p for p in (self.vendor, self.type, self.name) if p is not None)
+
+
+NVIDIA_GPU = (GpuDeviceKind("nvidia", "gpu"),)
+"""The default: NVIDIA's device plugin (``hashicorp/nomad-device-nvidia``)."""
+
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def parse_gpu_devices(text: str) -> tuple[GpuDeviceKind, ...]:
+    """``VENDOR/TYPE[/NAME],…`` read into kinds; ``ValueError`` saying what is wrong and how
+    to write it. A vendor and a type are plain words; a name is any printable text without a
+    comma or a slash (NVIDIA's names hold spaces: ``nvidia/gpu/NVIDIA H100 80GB HBM3``)."""
+    kinds: list[GpuDeviceKind] = []
+    for item in text.split(","):
+        parts = [p.strip() for p in item.split("/")]
+        shown = item.strip()[:80]
+        if len(parts) not in {2, 3} or not all(parts):
+            raise ValueError(
+                f"{shown!r} is not VENDOR/TYPE or VENDOR/TYPE/NAME; write each kind as Nomad's "
+                "device block names it (nvidia/gpu, amd/gpu, nomad/file/mock), commas between"
+            )
+        vendor, kind = parts[0], parts[1]
+        for what, word in (("vendor", vendor), ("type", kind)):
+            if not _WORD.fullmatch(word):
+                raise ValueError(
+                    f"{shown!r}: the {what} {word[:64]!r} is not a plain word (letters, digits, "
+                    "'.', '_', '-'); write it as the device plugin reports it"
+                )
+        name = parts[2] if len(parts) == 3 else None
+        if name is not None and (len(name) > 128 or not name.isprintable()):
+            raise ValueError(
+                f"{shown!r}: the name must be printable text of at most 128 characters"
+            )
+        found = GpuDeviceKind(vendor, kind, name)
+        if found not in kinds:
+            kinds.append(found)
+    return tuple(kinds)
+
+
+def is_gpu_device(
+    kinds: tuple[GpuDeviceKind, ...], vendor: object, kind: object, name: object
+) -> bool:
+    """Whether a device group (``Vendor``, ``Type``, ``Name``) is of one of ``kinds``."""
+    return any(k.matches(vendor, kind, name) for k in kinds)

@@ -277,7 +277,7 @@ def nomad_stub(node: SimNode, resources: bool) -> dict[str, Any]:
         groups: dict[str, list[str]] = {}
         for gpu in node.gpus:
             groups.setdefault(gpu.card, []).append(gpu.uuid)
-        devices = [
+        devices = _plugin_devices(node) if node.device_plugin else [
             {"Vendor": "nvidia", "Type": "gpu", "Name": card,
              "Attributes": {"memory": {"Int": CARDS[card], "Unit": "MiB"}},
              "Instances": [{"ID": uuid, "Healthy": True, "HealthDescription": "",
@@ -290,6 +290,15 @@ def nomad_stub(node: SimNode, resources: bool) -> dict[str, Any]:
                                  "Devices": devices or None}  # fmt: skip
         stub["ReservedResources"] = {"Cpu": {"CpuShares": 0}, "Memory": {"MemoryMB": 0}}
     return stub
+
+
+def _plugin_devices(node: SimNode) -> list[dict[str, Any]]:
+    """The node's GPUs as another device plugin lists them: one group, no locality."""
+    vendor, kind, name = [*(node.device_plugin or "").split("/", 2), "", ""][:3]
+    instances = [{"ID": gpu.uuid, "Healthy": True, "HealthDescription": "", "Locality": None}
+                 for gpu in node.gpus]  # fmt: skip
+    return [{"Vendor": vendor, "Type": kind, "Name": name, "Attributes": None,
+             "Instances": instances}] if instances else []  # fmt: skip
 
 
 def nomad_registration(node: SimNode, service: str, port: int) -> dict[str, Any]:

@@ -124,6 +124,9 @@ class SimNode:
     """Its ``SchedulingEligibility`` in Nomad (``ineligible``: no new placement there)."""
     modify_index: int = 12
     """Its ``ModifyIndex`` in Nomad: every write to the node raises it."""
+    device_plugin: str | None = None
+    """``VENDOR/TYPE/NAME`` of its GPUs' device plugin in Nomad when not NVIDIA's (Nomad's
+    example plugin: ``nomad/file/mock``, an instance per file, no locality)."""
 
 
 # --------------------------------------------------------------------------- making a fleet

@@ -128,6 +128,9 @@ class FakeNomad(BlockingKnobs, ActKnobs):
         # UUID → the HealthDescription of a device the plugin reports unhealthy; → its bus id.
         self.unhealthy_devices: dict[str, str] = {}
         self.device_buses: dict[str, str] = {}
+        self.device_plugin: str | None = None
+        """``VENDOR/TYPE/NAME`` of the node's device plugin when it is not NVIDIA's (Nomad's
+        example plugin: ``nomad/file/mock``); an allocation spec names its own (``device``)."""
         self.tls = tls
         self.unix_socket = unix_socket
         self.access: AccessControl = Access()
@@ -436,6 +439,7 @@ class FakeNomad(BlockingKnobs, ActKnobs):
             index=self.index,
             unhealthy=self.unhealthy_devices,
             buses=self.device_buses,
+            device=self.device_plugin,
         )
 
 

@@ -58,11 +58,23 @@ def device_groups(ids: Sequence[str]) -> list[tuple[str, list[str]]]:
     return [(name, group) for name, group in ((GPU_NAME, gpus), (MIG_NAME, migs)) if group]
 
 
-def _task_resources(gpu_ids: Sequence[str]) -> dict[str, Any]:
-    devices = [
-        {"Vendor": "nvidia", "Type": "gpu", "Name": name, "DeviceIDs": group}
-        for name, group in device_groups(gpu_ids)
-    ]
+def _plugin_device(device: str) -> tuple[str, str, str]:
+    """``VENDOR/TYPE/NAME`` (a spec's ``device``) as the plugin's vendor, type and name: another
+    plugin than NVIDIA's, such as Nomad's example plugin (``nomad/file/mock``, one instance per
+    file of a folder, ``plugins/device/cmd/example``) or AMD's (``amd/gpu/...``)."""
+    vendor, kind, name = [*device.split("/", 2), "", ""][:3]
+    return vendor, kind, name
+
+
+def _task_resources(gpu_ids: Sequence[str], device: str | None = None) -> dict[str, Any]:
+    if device and gpu_ids:
+        vendor, kind, name = _plugin_device(device)
+        devices = [{"Vendor": vendor, "Type": kind, "Name": name, "DeviceIDs": list(gpu_ids)}]
+    else:
+        devices = [
+            {"Vendor": "nvidia", "Type": "gpu", "Name": name, "DeviceIDs": group}
+            for name, group in device_groups(gpu_ids)
+        ]
     return {
         "Cpu": {"CpuShares": 1000, "ReservedCores": None},
         "Memory": {"MemoryMB": 4096, "MemoryMaxMB": 0},
@@ -229,7 +241,9 @@ def _allocation(
         "SharedResources": {"CPU": 0, "MemoryMB": 0, "DiskMB": 300, "Networks": None},
         "TaskResources": {name: {"CPU": 1000, "MemoryMB": 4096} for name in tasks},
         "AllocatedResources": {
-            "Tasks": {name: _task_resources(ids) for name, ids in tasks.items()},
+            "Tasks": {
+                name: _task_resources(ids, spec.get("device")) for name, ids in tasks.items()
+            },
             "TaskLifecycles": dict.fromkeys(tasks),
             "Shared": {"Networks": None, "DiskMB": 300, "Ports": None},
         },
@@ -295,12 +309,16 @@ def node(
     index: int,
     unhealthy: Mapping[str, str] | None = None,
     buses: Mapping[str, str] | None = None,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """``/v1/node/<id>`` of the agent's own node: ``gpus`` are the UUIDs its NVIDIA plugin
     fingerprints (``unhealthy``: those it reports unhealthy, with their HealthDescription;
-    ``buses``: their PCI bus ids, as the plugin reads them from NVML),
-    ``meta`` the servers' copy of its metadata."""
-    devices = _node_devices(gpus, unhealthy or {}, buses or {})
+    ``buses``: their PCI bus ids, as the plugin reads them from NVML), or, with ``device``
+    (``VENDOR/TYPE/NAME``), another plugin; ``meta`` the servers' copy of its metadata."""
+    if device:
+        devices = _plugin_devices(gpus, unhealthy or {}, device)
+    else:
+        devices = _node_devices(gpus, unhealthy or {}, buses or {})
     return {
         "ID": node_id,
         "Name": node_name,
@@ -362,6 +380,22 @@ def _node_devices(
         }
         for name, group in device_groups(gpus)
     ]
+
+
+def _plugin_devices(
+    ids: Sequence[str], unhealthy: Mapping[str, str], device: str
+) -> list[dict[str, Any]]:
+    """Another plugin's one group: Nomad's example plugin (v1.6.5 ``plugins/device/cmd/example/
+    device.go``) lists a file per instance, its name the ``ID``, unhealthy by the file's mode,
+    with no attributes and no locality."""
+    vendor, kind, name = _plugin_device(device)
+    instances = [
+        {"ID": i, "Healthy": i not in unhealthy, "HealthDescription": unhealthy.get(i, ""),
+         "Locality": None}
+        for i in ids
+    ]  # fmt: skip
+    return [{"Vendor": vendor, "Type": kind, "Name": name, "Attributes": None,
+             "Instances": instances}] if ids else []  # fmt: skip
 
 
 def agent_self(

@@ -171,6 +171,8 @@ class _Call:
     params: Mapping[str, list[str]]
     token: str | None
     body: Mapping[str, Any] = field(default_factory=dict)
+    locks: bool = True
+    """Whether the agent has locks (1.7+): before, a variable has no ``Lock`` field at all."""
 
 
 class VariableStore:
@@ -271,17 +273,18 @@ class VariableStore:
         namespace = params.get("namespace", ["default"])[-1] or "default"
         if method == "GET":
             return self._read(_Call(namespace, path, params, token), access)
+        locks = release >= LOCKS_SINCE
         if method == "DELETE":
-            return self._delete(_Call(namespace, path, params, token), access)
+            return self._delete(_Call(namespace, path, params, token, locks=locks), access)
         if method not in {"PUT", "POST"}:
             return 400, "Invalid method"
         doc = _decoded(body)
         # The body's namespace wins over the query's (nomad/variables_endpoint.go, Apply).
         namespace = str(doc.get("Namespace") or namespace)
-        call = _Call(namespace, path, params, token, doc)
+        call = _Call(namespace, path, params, token, doc, locks)
         if denied := _denied(access, token, VARIABLES_WRITE, namespace, path):
             return denied
-        ops = [op for op in _LOCK_OPS if op in params] if release >= LOCKS_SINCE else []
+        ops = [op for op in _LOCK_OPS if op in params] if locks else []
         if ops == ["lock-acquire"]:
             return self._acquire(call, access)
         if ops == ["lock-renew"]:
@@ -290,7 +293,7 @@ class VariableStore:
             return self._release(call, access)
         if ops:
             raise _RequestError(f"only one lock operation at a time, not {', '.join(ops)}")
-        return self._write(call, access, locks=release >= LOCKS_SINCE)
+        return self._write(call, access, locks=locks)
 
     # ---------------------------------------------------------------- reads
 
@@ -446,10 +449,13 @@ class VariableStore:
 
     def _conflict(self, call: _Call, found: _Variable | None, access: AccessControl) -> Answer:
         """``409`` and the conflicting variable: a zero one when absent, ``Items`` only for a
-        reader, and no lock (the locks page's sample shows ``"Lock": null``)."""
+        reader, and no lock (the locks page's sample shows ``"Lock": null``; before 1.7 the
+        variable has no such field: v1.6.5 ``VariableDecrypted`` is metadata and items)."""
         zero = _Variable(call.namespace, call.path, {}, 0, 0, 0, 0)
         shown = found or zero
-        doc: dict[str, Any] = {**shown.metadata(), "Items": None, "Lock": None}
+        doc: dict[str, Any] = {**shown.metadata(), "Items": None}
+        if call.locks:
+            doc["Lock"] = None
         if found is not None and not _denied(
             access, call.token, VARIABLES_READ, call.namespace, call.path
         ):

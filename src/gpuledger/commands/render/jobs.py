@@ -132,11 +132,14 @@ def environment() -> jinja2.Environment:
 def _nomad_args(values: Mapping[str, Any], *, identity: bool) -> list[str]:
     """How the task reaches its Nomad agent: the Task API and its identity, or a token file
     written from the job's variable, and TLS."""
-    if identity:
-        return ["--nomad-addr", TASK_API, "--nomad-token-file", TOKEN_FILE]
     nomad = values["nomad"]
+    # NVIDIA's plugin is gpuledger's default: the flag only where the values name another.
+    kinds = [] if nomad["gpuDevices"] == ["nvidia/gpu"] else [",".join(nomad["gpuDevices"])]
+    kinds = ["--nomad-gpu-devices", *kinds] if kinds else []
+    if identity:
+        return ["--nomad-addr", TASK_API, "--nomad-token-file", TOKEN_FILE, *kinds]
     tls = nomad["tls"]
-    args = ["--nomad-token-file", TOKEN_FILE]
+    args = ["--nomad-token-file", TOKEN_FILE, *kinds]
     # the node's own agent: a container reaches it at the node's address, not its own loopback
     docker = values["driver"] == "docker"
     host = "${attr.unique.network.ip-address}" if docker else "127.0.0.1"
