@@ -73,12 +73,11 @@ def watch(page: Any) -> Visit:
 
 BROKEN_WORDS = r"""() => {
     // A word of a table cell that the browser laid out on more than one line: broken inside
-    // ("unkno/wn"). A hyphenated word may break after its hyphen in a sentence (a job's name
-    // in a finding's message), as print does; never a word that stands as a name: code, a
-    // badge, or a cell of its own ("reserved-/idle").
+    // ("unkno/wn"). A hyphenated word may break after its hyphen as print does (a host or a
+    // job named with hyphens, in a sentence or a cell); never a state, a code or a flag
+    // shown as one: in code, a badge, a header cell or a .word ("reserved-/idle").
     const word = /^\(?([A-Za-z]+(?:-[A-Za-z]+)*)[),.;:]*$/;
-    const named = (node, cell) => node.parentElement.closest('code, .badge, .word') !== null
-        || cell.textContent.trim().split(/\s+/).length <= 2;
+    const named = (node) => node.parentElement.closest('code, .badge, .word, th') !== null;
     const broken = [];
     for (const cell of document.querySelectorAll('td, th')) {
         if (cell.offsetParent === null) continue;
@@ -86,7 +85,7 @@ BROKEN_WORDS = r"""() => {
         for (let node = walk.nextNode(); node; node = walk.nextNode()) {
             for (const m of node.data.matchAll(/\S+/g)) {
                 const w = word.exec(m[0]);
-                if (!w || (w[1].includes("-") && !named(node, cell))) continue;
+                if (!w || (w[1].includes("-") && !named(node))) continue;
                 const r = document.createRange();
                 r.setStart(node, m.index);
                 r.setEnd(node, m.index + m[0].length);

@@ -545,7 +545,8 @@ def test_no_word_in_a_table_breaks_inside_on_either_page(
             opened = open_page(browser, url, width)
             open_details(opened.page)
             assert opened.page.eval_on_selector_all("td", "ts => ts.length") > 0
-            assert chromium.broken_words(opened.page) == [], (name, width)
+            broken = chromium.broken_words(opened.page)
+            assert broken == [], (name, width, broken)
             assert overflow(opened.page) == 0, (name, width)
             screenshot(opened, artefacts, f"words-{name}-{width}")
             opened.close()
