@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -88,16 +89,21 @@ def open_page(
     *,
     bypass_csp: bool = False,
     refresh: bool = False,
+    still: bool = False,
 ) -> Opened:
     """``url`` in a new context; unless ``refresh``, as the page's own link that stops its
     refresh leads (the same page without its ``<meta http-equiv="refresh">``), so that a read
-    never races a reload."""
+    never races a reload. ``still``: the refreshing page as served, its refresh timer alone
+    taken out on its way to the browser (a slow read, axe's under load, outlasts the 5 s
+    refresh, and the reload destroys the context it reads in)."""
     if not refresh and "?" not in url:
         url += "?refresh=off"
     context = browser.new_context(
         viewport={"width": width, "height": 1000}, color_scheme=scheme, bypass_csp=bypass_csp
     )
     page = context.new_page()
+    if still:
+        page.route("**/*", _without_refresh)
     visit = watch(page)
     answer = page.goto(url)
     assert answer is not None and answer.status == 200
@@ -110,6 +116,16 @@ def open_details(page: Any) -> None:
     for summary in page.query_selector_all("details:not([open]) > summary"):
         summary.click()
     assert page.eval_on_selector_all("details:not([open])", "ds => ds.length") == 0
+
+
+def _without_refresh(route: Any) -> None:
+    """A document passed on without its ``<meta http-equiv="refresh">``; anything else as is."""
+    if not route.request.is_navigation_request():
+        route.continue_()
+        return
+    got = route.fetch()
+    body = re.sub(rb'<meta http-equiv="refresh"[^>]*>', b"", got.body())
+    route.fulfill(response=got, body=body)
 
 
 def background(page: Any) -> str:
@@ -810,7 +826,7 @@ def serious(browser: Any, url: str, scheme: str, skip: tuple[str, ...] = ()) -> 
     from axe_playwright_python.sync_playwright import Axe  # noqa: PLC0415
 
     # axe injects a script: its context bypasses the page's Content-Security-Policy
-    opened = open_page(browser, url, 1440, scheme, bypass_csp=True, refresh=True)
+    opened = open_page(browser, url, 1440, scheme, bypass_csp=True, refresh=True, still=True)
     options = {"resultTypes": ["violations"], "rules": {rule: {"enabled": False} for rule in skip}}
     try:
         results = Axe().run(opened.page, options=options)

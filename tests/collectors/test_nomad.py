@@ -890,7 +890,9 @@ def test_unknown_node_and_allocations(acl_fake: tuple[FakeNomad, AclAccess]) -> 
     assert (node.status_code, node.text) == (404, "node not found")
     assert get(fake, f"/v1/allocation/{ALLOC}", token, bearer=True).json()["ID"] == ALLOC
     hidden = get(fake, f"/v1/allocation/{OTHER}", token)
-    assert (hidden.status_code, hidden.text) == (403, "Permission denied")
+    # Nomad 1.6.5 (tests/fixtures/nomad/v1.6.5/allocation-no-read-job.json): a 500 calling it
+    # unknown, not a 403.
+    assert (hidden.status_code, hidden.text) == (500, f'Unknown allocation "{OTHER}"')
     # Looked up in every namespace first: a gone allocation is 404 whatever the token may read.
     powerless = acl.create_token("p", []).secret
     gone = get(fake, "/v1/allocation/a-gone", powerless)

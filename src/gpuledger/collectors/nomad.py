@@ -181,6 +181,18 @@ def _owners(
     return owners, resolve_owner(merge_meta(group_meta, job_meta), namespace, keys)
 
 
+def _hidden_as_unknown(resp: object, alloc_id: str) -> bool:
+    """Whether Nomad refused the allocation as it does when the token lacks ``read-job`` in
+    its namespace: ``Alloc.GetAlloc`` finds it, then answers ``NewErrUnknownAllocation``, which
+    the HTTP layer turns into a 500 ``Unknown allocation "<id>"`` (seen on Nomad 1.6.5; the same
+    code through 2.0). An unknown id is a 404 ``alloc not found`` instead."""
+    return (
+        isinstance(resp, requests.Response)
+        and resp.status_code == 500
+        and resp.text.strip() == f'Unknown allocation "{alloc_id}"'
+    )
+
+
 def parse_allocation(
     doc: Any,
     owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS,
@@ -370,6 +382,15 @@ class NomadReader(NomadApi):
             )
         except nomad_errors.URLNotFoundNomadException:
             return AllocLookupResult(AllocLookup.GONE)
+        except nomad_errors.BaseNomadException as err:
+            if not _hidden_as_unknown(err.nomad_resp, alloc_id):
+                failure = self._failure(Call(path, "read-job", ""), err)
+                return AllocLookupResult(AllocLookup.FAILED, error=failure.message)
+            return AllocLookupResult(
+                AllocLookup.FORBIDDEN,
+                error=f"GET {path} answered 500 Unknown allocation: the token lacks read-job in "
+                "its namespace",
+            )
         except CALL_ERRORS as err:
             failure = self._failure(Call(path, "read-job", ""), err)
             return AllocLookupResult(AllocLookup.FAILED, error=failure.message)

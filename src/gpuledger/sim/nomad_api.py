@@ -379,7 +379,8 @@ class FakeNomad(BlockingKnobs, ActKnobs):
     def _allocation(self, request: _Request, match: re.Match[str]) -> tuple[int, Any]:
         """``/v1/allocation/<id>``: the token is resolved first; the allocation is looked up in
         every namespace; only then is read-job checked on the allocation's own namespace
-        (nomad/alloc_endpoint.go)."""
+        (nomad/alloc_endpoint.go), and a token without it is told the allocation is unknown,
+        a 500 (``NewErrUnknownAllocation``; seen on Nomad 1.6.5, the same code through 2.0)."""
         alloc_id, token = unquote(match[1]), request.token
         refused = self.access.authenticate(token)
         if refused:
@@ -389,7 +390,9 @@ class FakeNomad(BlockingKnobs, ActKnobs):
         alloc = alloc or nomad_acts.cluster_alloc(self, alloc_id)
         if alloc is None:
             return 404, "alloc not found"
-        return guarded(self.access, token, READ_JOB, alloc["Namespace"]) or (200, alloc)
+        if guarded(self.access, token, READ_JOB, alloc["Namespace"]):
+            return 500, f'Unknown allocation "{alloc_id}"'
+        return 200, alloc
 
     # ---------------------------------------------------------------- node metadata
 

@@ -426,7 +426,7 @@ def agent_self(
             "Region": "global",
             "Datacenter": "dc1",
             "NodeName": node_name,
-            "Version": {"Version": version, "Prerelease": "", "Metadata": ""},
+            "Version": {"Version": version, "VersionPrerelease": "", "VersionMetadata": ""},
             "Client": {"Enabled": client},
             "Server": {"Enabled": server},
             "ACL": {"Enabled": acl_enabled, "ReplicationToken": "<redacted>"},
