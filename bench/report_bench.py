@@ -41,7 +41,6 @@ from gpuledger.core.report_queries import (
     job_query,
     mig_state_query,
     owner_job_query,
-    state_query,
 )
 from gpuledger.model.report_values import Window
 
@@ -254,7 +253,7 @@ def measure(url: str, runs: int, folder: Path) -> dict[str, list[float]]:
         ]  # fmt: skip
 
     raw = {
-        "curl": curls((job_query(window), state_query(window))),
+        "curl": curls((job_query(window), card_state_query(window), mig_state_query(window))),
         "curl (by owner)": curls(
             (owner_job_query(window, "owner"), card_state_query(window), mig_state_query(window))
         ),

@@ -71,6 +71,47 @@ def watch(page: Any) -> Visit:
     return visit
 
 
+BROKEN_WORDS = r"""() => {
+    // A word of a table cell that the browser laid out on more than one line: broken inside
+    // ("unkno/wn"). A hyphenated word may break after its hyphen as print does (a host or a
+    // job named with hyphens, in a sentence or a cell); never a state, a code or a flag
+    // shown as one: in code, a badge, a header cell or a .word ("reserved-/idle").
+    const word = /^\(?([A-Za-z]+(?:-[A-Za-z]+)*)[),.;:]*$/;
+    const named = (node) => node.parentElement.closest('code, .badge, .word, th') !== null;
+    const broken = [];
+    for (const cell of document.querySelectorAll('td, th')) {
+        if (cell.offsetParent === null) continue;
+        const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+        for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+            for (const m of node.data.matchAll(/\S+/g)) {
+                const w = word.exec(m[0]);
+                if (!w || (w[1].includes("-") && !named(node))) continue;
+                const r = document.createRange();
+                r.setStart(node, m.index);
+                r.setEnd(node, m.index + m[0].length);
+                const lines = new Set([...r.getClientRects()].filter(b => b.width > 0)
+                    .map(b => Math.round(b.top)));
+                if (lines.size > 1) broken.push(m[0]);
+            }
+        }
+    }
+    return broken;
+}"""
+
+
+def broken_words(page: Any) -> list[str]:
+    """The words of the page's table cells that break inside (``BROKEN_WORDS``)."""
+    return list(page.evaluate(BROKEN_WORDS))
+
+
+def artefacts_folder(default: Path) -> Path:
+    """Where screenshots are kept: ``GPULEDGER_ARTEFACTS``, else ``default``."""
+    given = os.environ.get("GPULEDGER_ARTEFACTS")
+    folder = Path(given) if given else default
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 @contextlib.contextmanager
 def serving(app: Any) -> Iterator[str]:
     """``app`` (a gpuledger WSGI application) behind the real server on a free loopback port:

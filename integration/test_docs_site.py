@@ -259,3 +259,37 @@ def test_axe_is_heard_a_page_without_alt_text_is_a_violation(browser: Any, site:
         assert any(v.startswith("image-alt (critical)") for v in serious_violations(page))
     finally:
         context.close()
+
+
+# --------------------------------------------------------------------------- tables
+
+
+@pytest.fixture(scope="module")
+def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: ``GPULEDGER_ARTEFACTS``, else a temporary folder."""
+    return chromium.artefacts_folder(tmp_path_factory.mktemp("docs-shots"))
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_no_word_in_a_table_breaks_inside(
+    browser: Any, site: Built, artefacts: Path, width: int
+) -> None:
+    # "unkno/wn", "reserved-/idle": a table squeezed below its longest word is read as nothing
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        broken, tables = {}, 0
+        for url in pages(site):
+            page.goto(url)
+            page.wait_for_load_state("load")
+            if not page.locator(".md-typeset table").count():
+                continue
+            tables += 1
+            if found := chromium.broken_words(page):
+                broken[url] = found
+            if url.endswith("/report/"):  # a page of state words in tables
+                page.screenshot(path=str(artefacts / f"docs-report-{width}.png"), full_page=True)
+        assert tables > 5
+        assert broken == {}
+    finally:
+        context.close()

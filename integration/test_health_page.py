@@ -25,7 +25,14 @@ import integration.browser as chromium
 from gpuledger.model.history_record import History
 from gpuledger.model.snapshots import Snapshot
 from gpuledger.web.app import App
-from integration.test_pages import SCHEMES, assert_clean, assert_nothing_ran, open_page, serious
+from integration.test_pages import (
+    SCHEMES,
+    assert_clean,
+    assert_nothing_ran,
+    open_details,
+    open_page,
+    serious,
+)
 from tests.views.health_ledger import AT, HOSTILE, LOST_BUS, SICK_MESSAGE, health_ledger
 
 
@@ -73,6 +80,10 @@ def test_each_failing_card_says_what_is_wrong_with_it(
     try:
         assert_clean(opened, failing_node)
         assert_nothing_ran(opened, svgs=4)  # the four cards' strips: nothing of Nomad's words
+        # at once: the card's state, its owner and its worst finding; the rest in its details
+        glance = page.inner_text("#gpu-0 .glance")
+        assert "research / train / trainer" in glance and "gpu-unhealthy" in glance
+        open_details(page)
         sick = " ".join(page.inner_text("#gpu-0").split())
         for shown in (
             SICK_MESSAGE,

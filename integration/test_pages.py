@@ -33,6 +33,7 @@ from gpuledger.controller import history_file
 from gpuledger.model import GpuState
 from gpuledger.model.history_record import Change, GpuMark, History
 from gpuledger.sim.consul_api import FakeConsul
+from gpuledger.sim.fleet_payloads import OWNERS
 from gpuledger.sim.fleet_sim import FleetSim, SimNode, make_nodes, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.world import World, drift_phases, load_scenario
@@ -108,6 +109,13 @@ def open_page(
     assert answer is not None and answer.status == 200
     page.wait_for_load_state("load")
     return Opened(context, page, visit)
+
+
+def open_details(page: Any) -> None:
+    """Open every card's details, as a reader who clicks each does (the page has no script)."""
+    for summary in page.query_selector_all("details:not([open]) > summary"):
+        summary.click()
+    assert page.eval_on_selector_all("details:not([open])", "ds => ds.length") == 0
 
 
 def _without_refresh(route: Any) -> None:
@@ -294,6 +302,8 @@ def test_the_node_page_in_light_and_dark_shows_every_gpu_as_the_ledger_does(
 def test_the_node_page_says_who_reserved_and_holds_each_gpu(browser: Any, demo_node: Serve) -> None:
     opened = open_page(browser, demo_node.url + "/")
     page = opened.page
+    assert "research / train-llm / trainer" in page.inner_text("#gpu-0 .glance")  # at once
+    open_details(page)
     gpu0 = page.inner_text("#gpu-0")
     # GPU 0: held by research/train-llm's trainer, in its Docker container (demo.yaml)
     assert "Reserved by research / train-llm / trainer (1f2e3d4c)" in gpu0
@@ -333,6 +343,7 @@ def test_a_held_idle_gpu_and_a_hot_gpu_show_their_findings_in_no_healthy_colour(
     for scheme in SCHEMES:
         opened = open_page(browser, demo_node.url + "/", 1440, scheme)
         page = opened.page
+        open_details(page)
         # the colours the page draws its states in, read from its own legend
         swatch = {
             k: computed(page, f".legend .swatch.k-{k}", "backgroundColor")
@@ -486,6 +497,77 @@ def test_a_mig_card_shows_its_instances_each_with_its_state(
         world.stop()
 
 
+def eight_gpu_scenario() -> dict[str, Any]:
+    """The demo node with an eighth GPU, a copy of the free GPU 3 with an id of its own."""
+    s = load_scenario("demo")
+    eighth = {**s["gpus"][3], "index": 7, "uuid": "GPU-8e8e8e8e-7777-4777-8777-777777777777"}
+    s["gpus"].append(eighth)
+    return s
+
+
+FIRST_SCREEN = {"width": 1280, "height": 800}
+GLANCES = """() => [...document.querySelectorAll('.cards > article.unit')].map(a => {
+    const b = a.getBoundingClientRect();
+    return {id: a.id, top: b.top, bottom: b.bottom, left: b.left, right: b.right,
+            state: a.querySelector(':scope > header .badge').textContent,
+            glance: a.querySelector(':scope > .glance').innerText,
+            closed: !a.querySelector(':scope > details').open}; })"""
+
+
+def test_an_8_gpu_node_s_first_screen_shows_each_gpu_its_owner_and_worst_finding(
+    browser: Any, tmp_path: Path, artefacts: Path
+) -> None:
+    world = started_world(tmp_path, eight_gpu_scenario())
+    serve = Serve(world, tmp_path)
+    try:
+        ledger = serve.ready()
+        findings = serve.get("/findings").json()["findings"]
+        assert len(ledger["gpus"]) == 8
+        context = browser.new_context(viewport=FIRST_SCREEN)
+        page = context.new_page()
+        visit = watch(page)
+        page.goto(serve.url + "/?refresh=off")
+        cards = {c["id"]: c for c in page.evaluate(GLANCES)}
+        assert len(cards) == 8
+        for gpu in ledger["gpus"]:
+            card = cards[f"gpu-{gpu['index']}"]
+            # on the first screen of 1,280 x 800, whole, with its state, owner and worst finding
+            assert card["top"] >= 0 and card["bottom"] <= 800, card
+            assert card["left"] >= 0 and card["right"] <= 1280, card
+            assert card["state"] == gpu["state"]
+            reservation = gpu["reservation"]
+            if reservation:
+                assert f"{reservation['owner']} · {reservation['namespace']}" in card["glance"]
+            own = [f for f in findings if f["gpu"] == gpu["uuid"]]
+            assert (own[0]["code"] if own else "no finding") in card["glance"], card
+            assert card["closed"]  # the rest on demand
+        assert visit.errors == []
+        page.screenshot(path=str(artefacts / "node-8-gpus-1280x800.png"))
+        context.close()
+        opened = open_page(browser, serve.url + "/", 390)
+        assert overflow(opened.page) == 0
+        screenshot(opened, artefacts, "node-8-gpus-light-390")
+        opened.close()
+    finally:
+        serve.stop()
+        world.stop()
+
+
+def test_no_word_in_a_table_breaks_inside_on_either_page(
+    browser: Any, demo_node: Serve, mixed_fleet: FleetServe, artefacts: Path
+) -> None:
+    for name, url in (("node", demo_node.url + "/"), ("fleet", mixed_fleet.url)):
+        for width in (390, 1280):
+            opened = open_page(browser, url, width)
+            open_details(opened.page)
+            assert opened.page.eval_on_selector_all("td", "ts => ts.length") > 0
+            broken = chromium.broken_words(opened.page)
+            assert broken == [], (name, width, broken)
+            assert overflow(opened.page) == 0, (name, width)
+            screenshot(opened, artefacts, f"words-{name}-{width}")
+            opened.close()
+
+
 # --------------------------------------------------------------------------- hostile names
 
 
@@ -552,6 +634,7 @@ def test_names_that_try_to_run_script_on_the_node_page_show_as_text(
         opened = open_page(browser, serve.url + "/")
         assert_clean(opened, serve.url)
         assert_nothing_ran(opened, svgs=len(world.scenario["gpus"]))
+        open_details(opened.page)
         text = opened.page.inner_text("#gpu-3")
         for name in HOSTILE:
             assert name in text, name
@@ -665,11 +748,18 @@ def check_fleet_rows(page: Any, served: FleetServe) -> None:
     jobs = page.eval_on_selector_all(
         "table.jobs tbody tr",
         "rs => rs.map(r => [r.cells[0].textContent + ' / ' + r.cells[1].textContent,"
-        " parseInt(r.cells[2].textContent)])",
+        " parseInt(r.cells[3].textContent)])",
     )
     assert [idle for _, idle in jobs] == sorted(jobs_idle.values(), reverse=True)
     assert all(jobs_idle[name] == idle for name, idle in jobs)
     assert len(jobs) == len(doc["jobs"])
+    # each job's owner, as the simulated jobs' meta tells it (else the namespace)
+    owners = page.eval_on_selector_all(
+        "table.jobs tbody tr",
+        "rs => rs.map(r => [r.cells[0].textContent, r.cells[1].textContent,"
+        " r.cells[2].textContent])",
+    )
+    assert owners and all(o == OWNERS.get(j, (ns, ""))[0] for ns, j, o in owners), owners
     refreshing = requests.get(served.url, timeout=10).text
     assert '<meta http-equiv="refresh" content="5">' in refreshing  # fleet serve's --interval
 
@@ -890,6 +980,7 @@ def test_a_64_tenant_gpu_on_a_16_gpu_node_fits_a_phone(
             page = opened.page
             assert overflow(page) == 0
             assert len(card_states(page)) == 16
+            page.click("#gpu-0 > details > summary")
             rows = page.eval_on_selector_all(
                 "#gpu-0 table.tenants tbody tr",
                 "rs => rs.map(r => { const b = r.getBoundingClientRect(); "

@@ -98,7 +98,9 @@ def test_the_csv_and_the_table_of_the_bill(
     code, out, _ = report(capsys, prometheus.url, "--by", "owner", "--prices", str(prices))
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].endswith("by owner, costs in EUR")
+    assert lines[0].endswith(
+        "by owner, costs in EUR (a MIG instance's hour is its share of its card)"
+    )
     assert lines[2].split() == ["OWNER", "RESERVED", "H", "HELD", "H", "IDLE", "H", "IDLE",
                                 "SHARE", "COST", "EUR"]  # fmt: skip
     assert any(line.startswith("TOTAL") for line in lines)

@@ -69,7 +69,7 @@ def test_the_page_of_a_real_week_draws_a_bar_per_job(
         assert bar["held"] == pytest.approx(520 * job["heldHours"] / widest, abs=0.02)
         assert bar["idle"] == pytest.approx(520 * job["idleHours"] / widest, abs=0.02)
     assert bars[0]["idle"] > 0 and bars[0]["held"] == 0  # ml/eval: idle all week
-    assert page.title() == "GPU-hours and waste, 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z"
+    assert page.title() == "Card-hours and waste, 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z"
     rows = page.eval_on_selector_all("table.nodes tbody tr", "rs => rs.length")
     assert rows == 3
     target = SCREENSHOT if REGEN else tmp_path / "report.png"

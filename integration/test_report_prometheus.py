@@ -49,7 +49,7 @@ def test_every_job_shows_the_hours_worked_out_from_the_spans(
     code, out, err = report(capsys, prometheus.url, "--json")
     assert (code, err) == (0, "")
     doc = json.loads(out)
-    assert (doc["schema"], doc["since"], doc["until"]) == (1, "2026-11-09T00:00:00Z", UNTIL)
+    assert (doc["schema"], doc["since"], doc["until"]) == (2, "2026-11-09T00:00:00Z", UNTIL)
     expected = expected_jobs(week.world)
     got = {(j["namespace"], j["job"]): j for j in doc["jobs"]}
     assert set(got) == set(expected)
@@ -154,7 +154,7 @@ def test_the_table_is_the_one_in_the_docs(
     assert code == 0
     shown = out.replace(prometheus.url, "http://prometheus:9090")
     lines = shown.splitlines()
-    assert lines[0].startswith("GPU-hours from 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z")
+    assert lines[0].startswith("Card-hours from 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z")
     assert lines[3].split()[:2] == ["ml", "eval"]  # the most idle job first
     page = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
     assert shown in page, "docs/report.md's table is stale: paste this run's table\n" + shown

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from gpuledger.core.report_queries import job_query, state_query
+from gpuledger.core.report_queries import card_state_query, job_query
 from gpuledger.model.report_values import Window
 from gpuledger.sim.prometheus_api import FakePrometheus, Series, rules_of_version
 from gpuledger.sim.report_week import (
@@ -93,7 +93,7 @@ def _week(seconds: int) -> Window:
 OWNERS = f"sum by (owner, team, owner_email, use, model, profile) (increase({JOB_METRIC}[{{}}]))"
 QUERIES = [
     (job_query(_week(WEEK)), END),
-    (state_query(_week(WEEK)), END),
+    (card_state_query(_week(WEEK)), END),
     (OWNERS.format("7d"), END),
     (f"sum by (node, profile, state) (increase({INSTANCE_METRIC}[7d]))", END),
     (f'sum by (owner) (increase({JOB_METRIC}{{use="idle", team=~"ml|vision"}}[7d]))', END),

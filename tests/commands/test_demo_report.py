@@ -13,9 +13,12 @@ import io
 import json
 from datetime import datetime, timezone
 
+import pytest
+
+from gpuledger.cli import main
 from gpuledger.commands.demo_report import report_argv, run_demo_report, week_end
 from gpuledger.errors import ExitCode
-from gpuledger.sim.report_week import HOUR, cluster, expected_jobs
+from gpuledger.sim.report_week import HOUR, WEEK, cluster, counted_card_seconds, expected_jobs
 
 NOW = datetime(2026, 11, 16, 0, 30, 12, tzinfo=timezone.utc)
 EDGES_H = 0.1
@@ -47,6 +50,32 @@ def test_the_json_report_has_every_job_of_the_week_with_its_hours() -> None:
     for key, (reserved, held) in expected.items():
         assert abs(got[key]["reservedHours"] - reserved / HOUR) < EDGES_H, key
         assert abs(got[key]["heldHours"] - held / HOUR) < EDGES_H, key
+
+
+def test_the_demo_week_s_jobs_and_unreserved_hours_add_up_to_its_nodes_and_cards() -> None:
+    # One unit, the card-hour: what the jobs reserved and the bill's nobody's lines (unaccounted,
+    # free, unknown) add up to the nodes' state hours, and these to the cards times the hours
+    # their controllers counted (the week's geometry, not its counters).
+    out = io.StringIO()
+    assert main(["demo", "--report", "--json"], out) == ExitCode.OK
+    doc = json.loads(out.getvalue())
+    totals = doc["totals"]
+    jobs = sum(j["reservedHours"] for j in doc["jobs"])
+    assert sum(o["reservedHours"] for o in doc["owners"]) == pytest.approx(jobs, abs=0.01)
+    nobody = totals["unaccountedHours"] + totals["freeHours"] + totals["unknownHours"]
+    nodes = sum(totals["hours"].values())
+    assert jobs + nobody == pytest.approx(nodes, abs=EDGES_H)
+    assert "mig" not in totals["hours"]  # a card in MIG mode counts through its instances
+    assert nodes == pytest.approx(counted_card_seconds(cluster()) / HOUR, abs=EDGES_H)
+    down = {n.name: n.down[1] - n.down[0] if n.down else 0 for n in cluster().nodes}
+    for node in doc["nodes"]:  # eight cards each
+        counted = 8 * (WEEK - down[node["node"]]) / HOUR
+        assert sum(node["hours"].values()) == pytest.approx(counted, abs=EDGES_H)
+    by = totals["costBy"]
+    assert by["owners"] + by["unaccounted"] + by["free"] + by["unknown"] == pytest.approx(
+        totals["cost"], abs=0.001
+    )
+    assert doc["schema"] == 2  # the hours' meaning changed: card-hours
 
 
 def test_the_table_says_the_week_is_simulated_and_lists_the_jobs() -> None:

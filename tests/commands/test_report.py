@@ -25,7 +25,7 @@ import pytest
 
 from gpuledger.cli import main
 from gpuledger.collectors.prometheus import PrometheusClient, PrometheusSettings, decode_answer
-from gpuledger.core.report_queries import build_report, job_query, state_query
+from gpuledger.core.report_queries import build_report, card_state_query, job_query
 from gpuledger.errors import SourceError
 from gpuledger.model.report_values import By, Sample, Window
 from gpuledger.views.report_formats import bars, render_csv, render_html, render_table
@@ -52,11 +52,11 @@ def state(name: str, seconds: float, **labels: str) -> Sample:
 
 def test_the_queries_sum_prometheus_s_increase_over_the_whole_window() -> None:
     assert job_query(WEEK) == (
-        "sum by (namespace, nomad_job, use, node, instance) "
+        "sum by (namespace, nomad_job, use, node, instance, model, profile) "
         "(increase(gpuledger_job_gpu_seconds_total[604800s]))"
     )
-    assert state_query(Window(until=UNTIL, seconds=3600)) == (
-        "sum by (state, node, instance) (increase(gpuledger_gpu_state_seconds_total[3600s]))"
+    assert card_state_query(Window(until=UNTIL, seconds=3600)) == (
+        "sum by (state, model, node, instance) (increase(gpuledger_gpu_state_seconds_total[3600s]))"
     )
 
 
@@ -147,7 +147,8 @@ def test_the_table_aligns_numbers_right_and_marks_what_is_missing() -> None:
     )
     text = render_table(report)
     assert text.splitlines()[0] == (
-        "GPU-hours from 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z from http://prom:9090, by job"
+        "Card-hours from 2026-11-09T00:00:00Z to 2026-11-16T00:00:00Z from http://prom:9090, by job"
+        " (a MIG instance's hour is its share of its card)"
     )
     assert "\x1b" not in text and "x\\x1b[31m" in text  # a name cannot drive the terminal
     lines = text.splitlines()
@@ -425,9 +426,9 @@ def test_a_window_given_by_two_times_is_asked_for_with_its_length(
             ["--prometheus", prom.url, "--since", "@1794780000", "--until", "@1794787200"], capsys
         )
     assert code == unix == 0
-    assert [s.params["time"] for s in prom.seen] == ["1794787200.000"] * 4
+    assert [s.params["time"] for s in prom.seen] == ["1794787200.000"] * 6  # 3 queries a run
     assert "[86400s]" in prom.seen[0].params["query"]
-    assert "[7200s]" in prom.seen[2].params["query"]  # @ and a number is a time, not seconds
+    assert "[7200s]" in prom.seen[3].params["query"]  # @ and a number is a time, not seconds
 
 
 def test_a_prometheus_without_gpuledger_s_counters_is_an_error(
@@ -481,7 +482,10 @@ def job_item(name: str, use: str = "idle", value: str = '"7200"') -> str:
 
 def jobs_then_states(job_body: str) -> Callable[[str], Answer]:
     states = vector('{"metric":{"state":"held","node":"a"},"value":[1794787200,"3600"]}')
-    return lambda q: (200, job_body if "job_gpu" in q else states)
+    return lambda q: (
+        200,
+        job_body if "job_gpu" in q else states if "gpu_state" in q else vector(),
+    )
 
 
 def strict_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, bytes, str]:

@@ -55,6 +55,9 @@ PRICE = {
     (A100, "1g.5gb"): Fraction(21, 10) / 7,
     (A100, "3g.20gb"): Fraction(21, 10) * 3 / 7,
 }
+SHARE = {(H100, ""): Fraction(1), (T4, ""): Fraction(1), (A100, "1g.5gb"): Fraction(1, 7),
+         (A100, "3g.20gb"): Fraction(3, 7)}  # fmt: skip
+"""The test's own shares of a card: an hour of a unit is this many card-hours."""
 
 
 def job(owner: str | None, ns: str, name: str, use: str, seconds: float, **labels: str) -> Sample:
@@ -135,9 +138,9 @@ def test_owners_jobs_and_the_nobody_s_lines() -> None:
     assert (alice.hours.held, alice.hours.idle) == (10.0, 7.0)
     assert alice.cost == Decimal("53.00")  # 12 h x 4.00 + 5 h x 1.00
     assert bill.owners[1].cost == Decimal("1.00")
-    # free: 7 h of T4, 7 h of the 1g instance and the 6/7 of the A100 no instance holds
-    # (7 h x 6/7 = 6 card-hours)
-    assert (bill.unaccounted_hours, bill.free_hours, bill.unknown_hours) == (4.0, 20.0, 3.0)
+    # free, in card-hours: 7 h of T4, 7 h of the 1g instance (1/7 of its card: 1 card-hour)
+    # and the 6/7 of the A100 no instance holds (7 h x 6/7 = 6 card-hours)
+    assert (bill.unaccounted_hours, bill.free_hours, bill.unknown_hours) == (4.0, 14.0, 3.0)
     assert bill.cost_by is not None
     assert bill.cost_by.unknown == Decimal("12.00")  # 3 h of H100
     assert bill.cost_by.free == Decimal("21.70")  # 7 x 1.00 + 7 x 2.10 / 7 + 6 x 2.10
@@ -277,8 +280,8 @@ def test_the_bill_adds_up_to_the_fleet_s_hours_times_their_prices(
 ) -> None:
     bill = build_bill("owner", *_as_prometheus_answers(ticks), PRICES)
     total = Fraction(0)
-    owner_seconds: dict[str, int] = defaultdict(int)
-    unknown = 0
+    owner_seconds: dict[str, Fraction] = defaultdict(Fraction)
+    unknown = Fraction(0)
     for seconds, per_unit in ticks:
         # The A100 on n2 is in MIG mode throughout: the whole card is priced, its uncarved
         # 3/7 (a 1g and a 3g of 7 slices) as free.
@@ -287,15 +290,15 @@ def test_the_bill_adds_up_to_the_fleet_s_hours_times_their_prices(
             if not profile:
                 total += Fraction(seconds, 3600) * PRICE[(model, profile)]
             if owner is not None:
-                owner_seconds[owner] += seconds
+                owner_seconds[owner] += seconds * SHARE[(model, profile)]
             elif s in ("held", "reserved-idle", "unknown"):
-                unknown += seconds
+                unknown += seconds * SHARE[(model, profile)]
     by = bill.cost_by
     assert by is not None
     assert by.owners + by.unaccounted + by.free + by.unknown == _cents(total)
     assert sum((o.cost or Decimal(0) for o in bill.owners), Decimal(0)) == by.owners
     for o in bill.owners:
         assert sum((j.cost or Decimal(0) for j in o.jobs), Decimal(0)) == o.cost
-        assert o.hours.reserved == pytest.approx(owner_seconds[o.owner] / 3600)
+        assert o.hours.reserved == pytest.approx(float(owner_seconds[o.owner]) / 3600)
     assert {o.owner for o in bill.owners} == set(owner_seconds)
-    assert bill.unknown_hours == pytest.approx(unknown / 3600)
+    assert bill.unknown_hours == pytest.approx(float(unknown) / 3600)

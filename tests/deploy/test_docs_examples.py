@@ -180,8 +180,11 @@ def nomad_problems(argv: list[str], folder: Path) -> list[str]:
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """What the examples read: deploy/, examples/, and the docs with what they include."""
-    for part in ("deploy", "examples", "docs", "mkdocs.yml", "ARCHITECTURE.md", "CONTRIBUTING.md"):
+    """What the examples read: deploy/, examples/, and the docs with what they include (the
+    build's hook in scripts/ among them)."""
+    parts = ("deploy", "examples", "docs", "mkdocs.yml", "scripts", "ARCHITECTURE.md",
+             "CONTRIBUTING.md")  # fmt: skip
+    for part in parts:
         subprocess.run(["cp", "-r", str(REPO / part), str(tmp_path / part)], check=True)
     # the release's SHA256SUMS, as the download folder of docs/install.md holds it
     (tmp_path / "SHA256SUMS").write_text(f"{hashlib.sha256(b'pex').hexdigest()}  {PEX}\n")

@@ -151,7 +151,8 @@ def snapshot(ledger: Ledger, trails: dict[str, tuple[Change, ...]] | None = None
 def test_the_node_page_shows_each_gpu_its_holders_and_findings() -> None:
     parsed = Parsed(page.render_node(snapshot(hostile_ledger())).decode())
     text = parsed.text
-    assert "Held for 2 h 5 min, since" in text and "2026-11-30 09:55:00 UTC" in text
+    assert "Held for 2 h 5 min · details" in text  # the card's line that opens its details
+    assert "Held since 2026-11-30 09:55:00 UTC" in text
     for shown in ("12.5 %", "1,000 / 143,771 MiB", "61 °C", "24 °C", "3 of 8", "1,024 MiB"):
         assert shown in text, shown
     assert [a["datetime"] for a in parsed.all("time")][:2] == [
@@ -171,7 +172,7 @@ def test_every_name_from_a_source_is_text_in_every_context() -> None:
         "html", "head", "meta", "title", "link", "body", "header", "div", "h1", "p", "code",
         "time", "span", "a", "ul", "li", "main", "section", "h2", "article", "h3", "dl", "dt",
         "dd", "figure", "svg", "rect", "line", "figcaption", "table", "caption", "thead", "tr",
-        "th", "tbody", "td", "footer", "b",
+        "th", "tbody", "td", "footer", "b", "details", "summary",
     }  # fmt: skip
     assert not any(name.startswith("on") for _, attrs in parsed.tags for name in attrs)
     for name in HOSTILE.values():

@@ -1,6 +1,6 @@
-"""``gpuledger report``: GPU-hours and waste per job, read back from Prometheus.
+"""``gpuledger report``: card-hours and waste per job, read back from Prometheus.
 
-Two instant queries (``core/report_queries.py`` says which and why), then one output: the table,
+Three instant queries (``core/report_queries.py`` says which and why), then one output: the table,
 ``--json``, ``--csv`` or the ``--html`` page. By an owner key (``--by owner``, ``team`` …), three
 others, and the bill of them (``core/report_costs.py``), priced by ``--prices``; a glob of the
 prices file that matched no card is a warning on stderr, a card it cannot price an error.
@@ -41,7 +41,6 @@ from gpuledger.core.report_queries import (
     lacks_owner_labels,
     mig_state_query,
     owner_job_query,
-    state_query,
 )
 from gpuledger.errors import ConfigError, ExitCode, SourceError, SourceName, UsageError
 from gpuledger.model.addresses import OwnerMap
@@ -90,14 +89,13 @@ def check_html_target(path: Path) -> None:
 
 
 def _ask(options: ReportOptions) -> tuple[list[Sample], list[Sample], list[Sample]]:
-    """The job and state answers (and the MIG instances' by an owner key)."""
+    """The answers of the jobs (by an owner key, with their owner labels), the cards' states
+    and the MIG instances' states."""
     window, key = options.window, options.owner_key
     client = PrometheusClient(options.settings)
     try:
-        if key is None:
-            jobs = client.query(job_query(window), window.until)
-            return jobs, client.query(state_query(window), window.until), []
-        jobs = client.query(owner_job_query(window, key), window.until)
+        query = job_query(window) if key is None else owner_job_query(window, key)
+        jobs = client.query(query, window.until)
         cards = client.query(card_state_query(window), window.until)
         return jobs, cards, client.query(mig_state_query(window), window.until)
     finally:
@@ -111,7 +109,7 @@ def fetch_report(options: ReportOptions) -> tuple[Report, tuple[str, ...]]:
     window, key = options.window, options.owner_key
     jobs, states, migs = _ask(options)
     source = redact_url_passwords(options.settings.url)
-    report = build_report(window, options.by, jobs, states, source=source)
+    report = build_report(window, options.by, jobs, states, source=source, mig_samples=migs)
     _check_filled(report, source, window)
     if key is None:
         return report, ()

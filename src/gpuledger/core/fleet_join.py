@@ -69,20 +69,27 @@ def _bare(subject: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in subject.items() if k != "pid"))
 
 
-def _counts(ledger: Ledger) -> tuple[dict[GpuState, int], dict[JobRef, dict[GpuState, int]]]:
-    """GPUs by state; and by job: the reserving job's, else (unaccounted) the first tenant's.
+def _counts(
+    ledger: Ledger,
+) -> tuple[dict[GpuState, int], dict[JobRef, dict[GpuState, int]], dict[JobRef, str]]:
+    """GPUs by state; by job: the reserving job's, else (unaccounted) the first tenant's; and
+    each such job's owner where the ledger names one.
 
     A MIG instance counts as a device of its own, as Nomad counts it; its card as ``mig``.
     """
     gpus: dict[GpuState, int] = {}
     jobs: dict[JobRef, dict[GpuState, int]] = {}
+    owners: dict[JobRef, str] = {}
     for unit in ledger.units():
         gpus[unit.state] = gpus.get(unit.state, 0) + 1
-        owner = unit.reservation or next((t.alloc for t in unit.tenants if t.alloc), None)
-        if owner is not None:
-            by_state = jobs.setdefault((owner.namespace or "", owner.job or ""), {})
+        alloc = unit.reservation or next((t.alloc for t in unit.tenants if t.alloc), None)
+        if alloc is not None:
+            ref = (alloc.namespace or "", alloc.job or "")
+            by_state = jobs.setdefault(ref, {})
             by_state[unit.state] = by_state.get(unit.state, 0) + 1
-    return gpus, jobs
+            if alloc.owner:
+                owners.setdefault(ref, alloc.owner)
+    return gpus, jobs, owners
 
 
 def _recheck(ledger: Ledger, policy: Policy, since: Since, now: datetime) -> datetime | None:
@@ -145,7 +152,7 @@ def judge_ledger(
     if cut or left_out:
         findings = (*findings, *_over_bounds(policy, ledger, cut, left_out))
     whole = len(ledger.gpus) == len(given.gpus) and len(ledger.lost) == len(given.lost)
-    gpus, jobs = _counts(ledger)
+    gpus, jobs, owners = _counts(ledger)
     summary = NodeSummary(
         node=ledger.node,
         at=ledger.at,
@@ -155,6 +162,7 @@ def judge_ledger(
         unhealthy=faults.unhealthy if whole else None,
         unscheduled=faults.unscheduled,
         uuids=frozenset(unit.uuid for unit in ledger.units()),
+        owners=owners,
     )
     return Judgement(summary, _recheck(ledger, policy, since, now), held)
 
@@ -276,6 +284,7 @@ class _Row:
             unhealthy=summary.unhealthy if summary else None,
             unscheduled=summary.unscheduled if summary else None,
             counted=self.counted_faults(),
+            owners=tuple(sorted(set(summary.owners.values()))) if summary else (),
         )
 
     def counted_faults(self) -> bool:
@@ -529,13 +538,18 @@ def _devices(read: ControllerRead) -> int:
 
 def _jobs(rows: Iterable[_Row]) -> tuple[FleetJob, ...]:
     jobs: dict[JobRef, dict[GpuState, int]] = {}
+    owners: dict[JobRef, str] = {}
     for row in rows:
         if row.status is NodeStatus.OK and row.counted and row.read and row.read.summary:
             for ref, by_state in row.read.summary.jobs.items():
                 total = jobs.setdefault(ref, {})
                 for state, n in by_state.items():
                     total[state] = total.get(state, 0) + n
-    return tuple(FleetJob(ns, job, gpus) for (ns, job), gpus in sorted(jobs.items()))
+            for ref, owner in sorted(row.read.summary.owners.items()):
+                owners.setdefault(ref, owner)
+    return tuple(
+        FleetJob(ns, job, gpus, owners.get((ns, job))) for (ns, job), gpus in sorted(jobs.items())
+    )
 
 
 def reconcile_fleet(

@@ -5,7 +5,8 @@ MIG profile, and the state counters of the cards and of the MIG instances. A uni
 by what it is: a whole card by its model, a MIG instance by its profile's share of its card;
 a card in MIG mode (state ``mig``) is priced through its instances only, never as a card too.
 
-Every hour of a priced unit lands on exactly one line:
+Its hours are card-hours, as the report's (``core/report_queries.py``): an hour of a MIG
+instance is its share of its card. Every hour of a priced unit lands on exactly one line:
 
 - an owner's, for the hours its jobs' counters were charged (held or idle);
 - ``unaccounted`` (nobody reserved the unit, something ran) and ``free`` (nothing did);
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
-from gpuledger.core.report_queries import HOUR, USES, node_of, owner_of
+from gpuledger.core.report_queries import HOUR, USES, card_share, node_of, owner_of
 from gpuledger.errors import ConfigError
 from gpuledger.model.mig_slices import mig_share
 from gpuledger.model.prices import Prices
@@ -189,12 +190,18 @@ def _money(cents: int) -> Decimal:
     return Decimal(cents).scaleb(-2)
 
 
-def _hours(seconds: Iterable[Fraction]) -> float:
-    return float(sum(seconds, Fraction(0))) / HOUR
+def _unit_share(unit: Unit) -> Fraction:
+    node, model, profile = unit
+    return card_share({"node": node, "model": model, "profile": profile})
+
+
+def _card_hours(seconds: Mapping[Unit, Fraction]) -> float:
+    """Card-hours of each unit's seconds: a MIG instance's times its share of its card."""
+    return float(sum((s * _unit_share(u) for u, s in seconds.items()), Fraction(0))) / HOUR
 
 
 def _job_use(units: Mapping[Unit, Mapping[str, Fraction]], use: str) -> float:
-    return _hours(per.get(use, Fraction(0)) for per in units.values())
+    return _card_hours({u: per.get(use, Fraction(0)) for u, per in units.items()})
 
 
 def _owners(tally: _Tally, cents: Mapping[object, int] | None) -> tuple[OwnerBill, ...]:
@@ -260,9 +267,9 @@ def build_bill(
     return Bill(
         by=key,
         owners=_owners(tally, cents),
-        unaccounted_hours=_hours(lines["unaccounted"].values()),
-        free_hours=_hours(lines["free"].values()),
-        unknown_hours=_hours(lines["unknown"].values()),
+        unaccounted_hours=_card_hours(lines["unaccounted"]),
+        free_hours=_card_hours(lines["free"]),
+        unknown_hours=_card_hours(lines["unknown"]),
         currency=None if prices is None else prices.currency,
         cost_by=cost_by,
     )

@@ -1,10 +1,10 @@
 """The JSON contract: the documents of ``ls --json``, ``check --json``, ``/ledger``, ``/findings``,
 the fleet's ``fleet ls --json`` and ``/fleet``, and ``report --json``.
 
-Every document carries ``"schema": SCHEMA``. What bumps it: removing or renaming a key or
-changing its meaning; adding a key does not. Golden files under ``tests/golden`` pin it, and the
-README's "JSON contract" section documents it. ``contract_read`` reads a ledger back (the fleet
-reads its nodes' ``/ledger``).
+Every document carries ``"schema": SCHEMA`` (``report --json``'s its own, ``REPORT_SCHEMA``).
+What bumps it: removing or renaming a key or changing its meaning; adding a key does not. Golden
+files under ``tests/golden`` pin it, and the README's "JSON contract" section documents it.
+``contract_read`` reads a ledger back (the fleet reads its nodes' ``/ledger``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # a node controller never builds the fleet's or the report's 
 
 SCHEMA = 1
 """The version of the JSON contract."""
+REPORT_SCHEMA = 2
+"""The version of ``report --json``'s document: 2 since its hours are card-hours (a MIG
+instance's hour is its share of its card; a card in MIG mode has no ``mig`` hours, its
+instances' states and its uncarved slices' ``free`` in their place)."""
 TICK_HEADER = "X-Gpuledger-Tick"
 """On every answer of a node controller: when its last tick happened (as ``at`` is written)."""
 INTERVAL_HEADER = "X-Gpuledger-Interval"
@@ -363,7 +367,7 @@ def report_doc(report: Report) -> dict[str, object]:
         "hours": {s: _hours(h) for s, h in report.state_totals.items()},
     }
     doc: dict[str, object] = {
-        "schema": SCHEMA,
+        "schema": REPORT_SCHEMA,
         "since": iso_time(report.window.since),
         "until": iso_time(report.window.until),
         "jobs": [

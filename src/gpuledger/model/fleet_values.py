@@ -116,6 +116,9 @@ class NodeSummary:
     uuids: frozenset[str] = frozenset()
     """The GPUs and MIG instances its ledger lists, by UUID: a ledger that lists a device
     Nomad fingerprinted on another node speaks of a card that is not its own."""
+    owners: Mapping[JobRef, str] = field(default_factory=dict)
+    """Each job's owner as its ledger names it (its meta's, else its namespace); a job whose
+    owner the ledger does not name is absent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +183,8 @@ class FleetNode:
     """Its fault counts go into the fleet's totals (an unknown as an unknown node), as its GPUs
     do: not a down node (out of service), a second controller of a node that has its own row,
     nor a controller that answered for no node the fleet knows of."""
+    owners: tuple[str, ...] = ()
+    """The owners of the jobs on its GPUs, sorted (from a ledger read and trusted only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +205,8 @@ class FleetJob:
     namespace: str
     job: str
     gpus: Mapping[GpuState, int]
+    owner: str | None = None
+    """Its owner as a ledger names it; ``None`` where no ledger does."""
 
 
 @dataclass(frozen=True, slots=True)

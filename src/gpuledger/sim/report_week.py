@@ -43,6 +43,9 @@ STATES = ("held", "reserved-idle", "unaccounted", "free", "unknown", "mig")
 INSTANCE_STATES = STATES[:-1]
 USE_OF_STATE = {"held": "held", "reserved-idle": "idle"}
 H100, A100, L40S = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S"
+CARD_SLICES = {H100: 7, A100: 7}
+"""Each MIG-capable card's compute slices (NVIDIA's MIG User Guide, "Supported MIG Profiles"):
+a ``<N>g.`` instance is N of them, its hours N/slices card-hours."""
 Span = tuple[int, int]
 """[start, end) in seconds since the week's start, on the minute."""
 
@@ -384,16 +387,32 @@ def _minus(span: Span, holes: Iterable[Span]) -> list[Span]:
     return parts
 
 
-def expected_jobs(week: Week) -> dict[tuple[str, str], tuple[int, int]]:
-    """Per (namespace, job): (reserved, held) GPU-seconds charged, from the spans alone: each
-    unit's reservation less the node's outages, unread minutes and the controller's downtime."""
+def card_share(node: Node, unit: str) -> float:
+    """How much of a card a unit is: 1 for a card, a MIG instance's slices over its card's."""
+    profile = _profile(node, unit)
+    if not profile:
+        return 1.0
+    return int(profile.partition("g.")[0]) / CARD_SLICES[node.model]
+
+
+def expected_jobs(week: Week) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (namespace, job): (reserved, held) card-seconds charged, from the spans alone: each
+    unit's reservation less the node's outages, unread minutes and the controller's downtime,
+    times its share of its card."""
     nodes = {n.name: n for n in week.nodes}
-    result: dict[tuple[str, str], tuple[int, int]] = {}
+    result: dict[tuple[str, str], tuple[float, float]] = {}
     for job in week.jobs:
         node = nodes[job.node]
         holes = [*node.nomad_out, *node.gpu_unread, *([node.down] if node.down else [])]
         span = _clip(job.span, (0, WEEK))
         reserved = _length(_minus(span, holes))
         held = sum(_length(_minus(_clip(b, span), holes)) for b in job.busy)
-        result[(job.namespace, job.name)] = (reserved * len(job.units), held * len(job.units))
+        cards = sum(card_share(node, unit) for unit in job.units)
+        result[(job.namespace, job.name)] = (reserved * cards, held * cards)
     return result
+
+
+def counted_card_seconds(week: Week) -> int:
+    """The card-seconds a week's state counters hold: every card of every node through the
+    week, less the minutes its controller was down (it counted nothing then)."""
+    return sum(n.gpus * (WEEK - (_length([n.down]) if n.down else 0)) for n in week.nodes)

@@ -10,6 +10,7 @@ fault.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ __all__ = [
     "HealthLine",
     "NomadWord",
     "health_lines",
+    "healthy_line",
     "lost_key",
     "nomad_word",
     "xid_line",
@@ -71,6 +73,10 @@ class NomadWord:
     tone: str
     """``ok``, ``bad``, ``warn``, or empty (no colour)."""
     description: str | None = None
+
+
+_ABOVE_ZERO = re.compile(r"\b[1-9]\d* ")
+"""A count above 0 in a reading's words (``12 corrected``)."""
 
 
 def _counts(parts: Iterable[tuple[int | None, str]]) -> list[str]:
@@ -176,7 +182,24 @@ def health_lines(
         lines.append(xid)
     if not lines:
         return (HealthLine("Health", "not reported by the driver"),)
+    if len(lines) > 1 and not any(line.fault for line in lines):
+        return (healthy_line(lines),)
     return tuple(lines)
+
+
+def healthy_line(lines: Sequence[HealthLine]) -> HealthLine:
+    """A card whose readings show no fault, in one line (a healthy card's six lines of "0
+    uncorrectable …" said nothing): the readings that are all zero named, then the PCIe link
+    (a link at a lower generation is no fault, but worth seeing) and any reading with a count
+    above 0 (corrected ECC errors, single-bit retired pages) in their own words."""
+    clean, said = [], []
+    for line in lines:
+        if line.name == "PCIe link" or _ABOVE_ZERO.search(line.value):
+            said.append(f"{line.name} {line.value}")
+        else:
+            clean.append(line.name if line.name.startswith("ECC") else line.name.lower())
+    words = [f"all zero: {', '.join(clean)}"] if clean else []
+    return HealthLine("Health", "; ".join((*words, *said)))
 
 
 Devices = Mapping[str, NomadDevice] | None

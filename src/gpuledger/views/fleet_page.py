@@ -39,7 +39,11 @@ _STATUS_RANK = {
     NodeStatus.DOWN: 4,
     NodeStatus.OK: 5,
 }
-JOB_STATES = (GpuState.RESERVED_IDLE, GpuState.HELD, GpuState.UNACCOUNTED, GpuState.UNKNOWN)
+JOB_STATES = (GpuState.HELD, GpuState.UNACCOUNTED, GpuState.UNKNOWN)
+"""The states of a job's GPUs the jobs table counts beside its idle ones (reserved-idle, and
+held-idle: counted once, under idle)."""
+OWNER_LIMIT = 3
+"""The most owners a node's row names; the rest are counted."""
 READ = frozenset({NodeStatus.OK})
 """The statuses of a node whose GPUs the sweep read; every other node is a problem of its own
 (its controller unreachable, missing, stale or on another schema; the node down)."""
@@ -82,6 +86,8 @@ class NodeRow:
     """The same in full (the cell's tooltip)."""
     failing: int = 0
     """Its failing GPUs (0 where unknown): what marks the row."""
+    owners: str = "-"
+    """The owners of its jobs: ``alice, bob and 2 more``; ``-`` where none is known."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,13 @@ class JobRow:
     total: int
     idle: int = 0
     held_idle: int = 0
+    owner: str = "-"
+    """Its owner (its meta's, else its namespace); ``-`` where no ledger names one."""
+
+    @property
+    def reserved_idle(self) -> int:
+        """Its idle GPUs that no process of it runs on (the rest are held-idle)."""
+        return self.idle - self.held_idle
 
 
 @dataclass(frozen=True)
@@ -247,7 +260,16 @@ def node_row(node: FleetNode, held_idle: int = 0) -> NodeRow:
         health=health_words(node),
         health_title=health_title(node),
         failing=(node.unhealthy or 0) if node.counted else 0,
+        owners=owners_words(node.owners),
     )
+
+
+def owners_words(owners: tuple[str, ...], limit: int = OWNER_LIMIT) -> str:
+    """Owners as a row names them: the first ``limit``, and how many more."""
+    if not owners:
+        return "-"
+    named = ", ".join(owners[:limit])
+    return named if len(owners) <= limit else f"{named} and {len(owners) - limit} more"
 
 
 def job_row(job: FleetJob, held_idle: int = 0) -> JobRow:
@@ -259,6 +281,7 @@ def job_row(job: FleetJob, held_idle: int = 0) -> JobRow:
         total=sum(job.gpus.values()),
         idle=job.gpus.get(GpuState.RESERVED_IDLE, 0) + held_idle,
         held_idle=held_idle,
+        owner=job.owner or "-",
     )
 
 

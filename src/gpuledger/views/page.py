@@ -23,6 +23,7 @@ from typing import NamedTuple
 from gpuledger.model import (
     TICK_SOURCES,
     AllocRef,
+    Code,
     Finding,
     GpuState,
     Ledger,
@@ -150,6 +151,8 @@ class Attention:
     message: str
     since: When | None
     count: int
+    harm: tuple[bool, int] = (True, 0)
+    """Its worst finding's ``harm``: the head's order."""
 
 
 @dataclass(frozen=True)
@@ -228,10 +231,11 @@ Found = Mapping[str, Sequence[Finding]]
 
 
 def findings_by_unit(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
-    """The findings about a GPU or MIG instance, by its UUID, worst first (the ledger's order
-    within a level); a finding about the node or a source (no GPU) is no unit's."""
+    """The findings about a GPU or MIG instance, by its UUID, most harmful first (``harm``;
+    the ledger's order within a level); a finding about the node or a source (no GPU) is no
+    unit's."""
     by_unit: dict[str, list[Finding]] = {}
-    for f in sorted(findings, key=lambda f: -f.level):
+    for f in sorted(findings, key=harm):
         if f.gpu:
             by_unit.setdefault(f.gpu, []).append(f)
     return by_unit
@@ -387,14 +391,27 @@ def _gpu_of(ledger: Ledger) -> Callable[[Finding], str]:
     return lambda f: labels.get(f.gpu, f.gpu) if f.gpu else "-"
 
 
+FAILING = frozenset({Code.GPU_UNHEALTHY})
+"""The codes of a card that is failing or lost: work on it is being lost, so the page's head
+names it before anything else, whatever its level (docs/node.md, "The headline")."""
+
+
+def harm(finding: Finding) -> tuple[bool, int]:
+    """Most harmful first: a failing card (``FAILING``), then the rest by level, ERROR
+    first. A failing card outranks an ERROR that says gpuledger cannot see something (a
+    source unread, an allocation hidden from the token): what is known to be dying comes
+    before what is not known."""
+    return (finding.code not in FAILING, -finding.level)
+
+
 def attention(ledger: Ledger, now: datetime) -> list[Attention]:
     """What the page's head names: every GPU, MIG instance or other subject (the node, a
-    device the driver does not list) with findings, by its worst finding, worst first; the
-    first is the page's worst."""
+    device the driver does not list) with findings, by its most harmful finding (``harm``),
+    most harmful first; the first is the page's headline."""
     units = {unit.uuid: unit for unit in ledger.units()}
     lost = _lost_names(ledger)
     groups: dict[str | None, list[Finding]] = {}
-    for f in sorted(ledger.findings, key=lambda f: -f.level):
+    for f in sorted(ledger.findings, key=harm):
         groups.setdefault(f.gpu, []).append(f)
     found = []
     for gpu, group in groups.items():
@@ -405,6 +422,7 @@ def attention(ledger: Ledger, now: datetime) -> list[Attention]:
         first = group[0]
         found.append(
             Attention(
+                harm=harm(first),
                 where=where,
                 anchor=anchor,
                 level=first.level.name,
@@ -414,7 +432,7 @@ def attention(ledger: Ledger, now: datetime) -> list[Attention]:
                 count=len(group),
             )
         )
-    return sorted(found, key=lambda a: -Level[a.level])
+    return sorted(found, key=lambda a: a.harm)
 
 
 def unit_anchor(unit: LedgerUnit) -> str:

@@ -74,8 +74,8 @@ def window_line(report: Report) -> str:
     by = report.by.value if bill is None else bill.by
     money = f", costs in {bill.currency}" if bill is not None and bill.cost_by else ""
     return (
-        f"GPU-hours from {iso_time(report.window.since)} to {iso_time(report.window.until)}"
-        f"{source}, by {by}{money}"
+        f"Card-hours from {iso_time(report.window.since)} to {iso_time(report.window.until)}"
+        f"{source}, by {by}{money} (a MIG instance's hour is its share of its card)"
     )
 
 
