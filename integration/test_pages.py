@@ -826,7 +826,8 @@ def serious(browser: Any, url: str, scheme: str, skip: tuple[str, ...] = ()) -> 
     from axe_playwright_python.sync_playwright import Axe  # noqa: PLC0415
 
     # axe injects a script: its context bypasses the page's Content-Security-Policy
-    opened = open_page(browser, url, 1440, scheme, bypass_csp=True, refresh=True, still=True)
+    refreshing = "refresh=off" not in url
+    opened = open_page(browser, url, 1440, scheme, bypass_csp=True, refresh=True, still=refreshing)
     options = {"resultTypes": ["violations"], "rules": {rule: {"enabled": False} for rule in skip}}
     try:
         results = Axe().run(opened.page, options=options)
