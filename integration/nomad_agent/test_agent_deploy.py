@@ -37,7 +37,6 @@ from integration.nomad_agent.conftest import (
     POLICIES,
     Cluster,
     FakeGpus,
-    gpuledger_knows,
 )
 from integration.nomad_agent.nomad_process import NomadAgent, device_ids, docker_job
 
@@ -124,9 +123,8 @@ def values(cluster: Cluster, scene: Scene, release: Release, **over: Any) -> dic
         "--gpu-backend", "nvidia-smi", "--nvidia-smi", str(scene.gpus.path),
         "--docker", cluster.docker.url, "--podman", "off", "--kernel-log", "off",
         "--timeout", "10s",
+        GPU_DEVICES_FLAG, DEVICES,
     ]  # fmt: skip
-    if gpuledger_knows(("ls",), GPU_DEVICES_FLAG):
-        serve_args += [GPU_DEVICES_FLAG, DEVICES]
     doc: dict[str, Any] = {
         "artifact": {"url": release.url, "checksum": release.checksum},
         "nomad": {"addr": cluster.agent.addr},
@@ -282,9 +280,8 @@ def test_the_ledger_shows_the_gpu_jobs_real_reservation(
     assert tenant["pid"] == scene.pid
     assert tenant["alloc"]["id"] == scene.alloc["ID"]
     assert (tenant["alloc"]["namespace"], tenant["alloc"]["job"]) == ("default", GPU_JOB[0])
-    if gpuledger_knows(("ls",), GPU_DEVICES_FLAG):
-        assert gpu["state"] == "held"
-        assert gpu["reservation"]["allocId"] == scene.alloc["ID"]
+    assert gpu["state"] == "held"
+    assert gpu["reservation"]["allocId"] == scene.alloc["ID"]
 
 
 def test_the_fleet_finds_the_node_controller_through_nomads_service_discovery(
