@@ -17,5 +17,8 @@ _NAME = re.compile(r"<code>([^<\s]+)</code>")
 
 
 def on_page_content(html: str, **_: Any) -> str:
-    """The page's HTML with each name of code in a table cell marked ``class="name"``."""
+    """The page's HTML with each name of code in a table cell marked ``class="name"``, and each
+    table focusable (``tabindex="0"``): a table too wide for its column scrolls, and a keyboard
+    must reach what scrolls (axe's ``scrollable-region-focusable``)."""
+    html = html.replace("<table>", '<table tabindex="0">')
     return _CELL.sub(lambda m: m[1] + _NAME.sub(r'<code class="name">\1</code>', m[2]) + m[3], html)
