@@ -235,8 +235,9 @@ def guarded(week: Week, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pr
         ready={"auth": ("alice", PASSWORD), "verify": str(pki.ca)},
     )
     server.start()
-    (folder / "alice").write_text(f"alice:{PASSWORD}\n")
-    (folder / "mallory").write_text("alice:wrong\n")
+    for name, line in (("alice", f"alice:{PASSWORD}\n"), ("mallory", "alice:wrong\n")):
+        (folder / name).write_text(line)
+        (folder / name).chmod(0o600)  # a secret only its owner reads, so no warning
     shutil.copy(pki.ca, folder / "ca.pem")
     shutil.copy(pki.other_ca, folder / "other-ca.pem")
     yield server
