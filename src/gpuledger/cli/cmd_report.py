@@ -135,14 +135,11 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return report_command(asked, out)
 
 
-POLICY = "--" + "policy"  # the flag is flags.py's (add_notes_policy)
-
-
 def _extras(args: argparse.Namespace) -> OwnerOutputs:
     """``--notes``, ``--policy``, ``--split`` and the mail flags; ``UsageError`` for what
     cannot be meant."""
     if args.policy is not None and not args.notes:
-        raise UsageError(f"{POLICY} needs --notes: report reads only the policy's notes rules")
+        raise UsageError("--policy needs --notes: report reads only the policy's notes rules")
     settings = smtp_settings(args)
     mail = None
     if settings is not None:
