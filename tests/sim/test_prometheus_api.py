@@ -13,7 +13,6 @@ import pytest
 import requests
 
 from gpuledger.sim.prometheus_api import (
-    ONLY,
     PROMETHEUS_2_50,
     PROMETHEUS_2_51,
     PROMETHEUS_3,
@@ -22,10 +21,10 @@ from gpuledger.sim.prometheus_api import (
     evaluate,
     format_value,
     increase,
-    parse_duration,
     parse_query,
     rules_of_version,
 )
+from gpuledger.sim.promql_series import ONLY, parse_duration
 
 NAME = "gpuledger_job_gpu_seconds_total"
 

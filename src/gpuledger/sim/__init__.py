@@ -28,4 +28,6 @@ gpuledger's outside itself (an import-linter contract): a fake shares no code wi
 - ``report_week_gauges``: that week's gauges the notes read (states, utilisation, reservations,
   tenants' memory).
 - ``prometheus_gauges``: the fake Prometheus's PromQL subset of the notes' queries over gauges.
+- ``promql_series``: what both halves of the fake Prometheus read: series, matchers, durations,
+  and the rules that changed across Prometheus versions.
 """

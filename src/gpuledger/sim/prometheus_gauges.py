@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuledger.sim.prometheus_api import PROMETHEUS_3, Rules, Series, _matchers, parse_duration
+from gpuledger.sim.promql_series import PROMETHEUS_3, Rules, Series, parse_duration, parse_matchers
 
 LOOKBACK_MS = 300_000
 _TOKEN = re.compile(
@@ -154,10 +154,10 @@ class _Parser:
             self.take(")")
             return _over_time(_FUNCTIONS[value], over)
         if kind == "braces":  # a selector without a name: its matchers name it (__name__=~)
-            return _selector(None, _matchers(value[1:-1]))
+            return _selector(None, parse_matchers(value[1:-1]))
         if kind != "name":
             raise ValueError(f"the demo's Prometheus cannot read {value!r} here")
-        matchers = _matchers(self.take()[1][1:-1]) if self.peek().startswith("{") else ()
+        matchers = parse_matchers(self.take()[1][1:-1]) if self.peek().startswith("{") else ()
         return _selector(value, matchers)
 
     def ranged(self) -> RangeNode:
@@ -168,7 +168,7 @@ class _Parser:
             window, step = _range(self.take()[1], subquery=True)
             return _subquery(inner, window, step or 60_000)
         name = self.take()[1]
-        matchers = _matchers(self.take()[1][1:-1]) if self.peek().startswith("{") else ()
+        matchers = parse_matchers(self.take()[1][1:-1]) if self.peek().startswith("{") else ()
         window, _ = _range(self.take()[1], subquery=False)
         return _range_selector(name, matchers, window)
 
