@@ -272,7 +272,7 @@ def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: T
     if keeper is not None:
         keeper.start()
     try:
-        controller.run(started)
+        controller.run(started, signals=True)
     finally:
         if keeper is not None:
             keeper.stop()

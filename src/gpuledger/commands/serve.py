@@ -6,12 +6,11 @@ allocations and wakes the loop when they change (``--nomad-resync``, ``--nomad-m
 
 SIGTERM and SIGINT end the loop after the tick in progress and the history is written (and with
 ``--clear-node-meta-on-exit`` the node's ``gpuledger.*`` metadata unset); SIGHUP reloads the
-policy.
+policy (``controller/loop_shell.py``, the shell ``fleet serve`` runs in too).
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from dataclasses import dataclass, field, replace
@@ -123,16 +122,16 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
         watch.on_change = controller.nomad_changed
     app = App(lambda: controller.snapshot, clock.now, watch=watch, counts=counts)
     server = bind(app, options.listen, options.web_config)
-    signal.signal(signal.SIGTERM, lambda *_: controller.stop())
-    signal.signal(signal.SIGINT, lambda *_: controller.stop())
-    signal.signal(signal.SIGHUP, lambda *_: controller.request_reload())
     threading.Thread(target=server.run, name="http", daemon=True).start()
-    for url in server.urls:
-        out.write(f"gpuledger serve: listening on {url}\n")
-    out.flush()
-    if publisher:
-        publisher.start()
-    controller.run()
+
+    def started() -> None:
+        for url in server.urls:
+            out.write(f"gpuledger serve: listening on {url}\n")
+        out.flush()
+        if publisher:
+            publisher.start()
+
+    controller.run(started, signals=True)
     if watch is not None:
         watch.stop()
     if publisher:

@@ -4,6 +4,8 @@ The pure work they drive is in ``gpuledger.core``; here is what it needs to run:
 
 - ``loop``: the node controller's fixed-rate loop, its retries, reload and snapshot
 - ``fleet_loop``: the fleet controller's sweep (discover, read, judge, reconcile) and its loop
+- ``loop_shell``: the shell both loops run in: start, stop, reload on SIGHUP, the crash guard
+  and ``policy-invalid``
 - ``actor``: the fleet's actor: the plan of the policy's actions after every sweep, and with
   ``--act apply`` the due acts, by the holder of the actor lock only (``LockKeeper``)
 - ``fleet_watch``: the fleet's watches on Nomad (node list, service discovery): blocking
