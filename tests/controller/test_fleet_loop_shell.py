@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
 from gpuledger.errors import SourceName
 from gpuledger.model import Code, Level
-from gpuledger.model.snapshots import FleetWatchStats
+from gpuledger.model.snapshots import WatchStats
 from gpuledger.policy.load import parse_policy
 from tests.controller.test_loop import FakeClock
 
@@ -32,7 +32,7 @@ def fleet(
     clock = FakeClock()
     swept: list[float] = []
 
-    def watches() -> tuple[FleetWatchStats, ...]:
+    def watches() -> tuple[WatchStats, ...]:
         swept.append(clock.t)
         each(controller, len(swept))
         return ()

@@ -58,7 +58,7 @@ from gpuledger.model.fleet_values import (
     Target,
 )
 from gpuledger.model.history_record import GAP_INTERVALS
-from gpuledger.model.snapshots import FleetSnapshot, FleetWatchStats
+from gpuledger.model.snapshots import FleetSnapshot, WatchStats
 from gpuledger.model.text import excerpt, is_text, text_of
 from gpuledger.policy.rules import Policy
 
@@ -82,7 +82,7 @@ class DiscoverySource:
     read: Callable[[], tuple[Target, ...]]
 
 
-def _no_watches() -> tuple[FleetWatchStats, ...]:
+def _no_watches() -> tuple[WatchStats, ...]:
     return ()
 
 
@@ -99,7 +99,7 @@ class FleetConfig:
     stale_after: timedelta = timedelta(minutes=2)
     """The age of a last tick that makes a controller stale when it does not say its interval."""
     shard: Shard | None = None
-    watches: Callable[[], tuple[FleetWatchStats, ...]] = _no_watches
+    watches: Callable[[], tuple[WatchStats, ...]] = _no_watches
     """The watches on Nomad as they stand (``fleet serve``; ``controller/fleet_watch.py``)."""
 
 

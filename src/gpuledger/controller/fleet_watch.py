@@ -40,7 +40,7 @@ from gpuledger.collectors.nomad_blocking import (
 from gpuledger.collectors.nomad_cluster import Blocked, BlockingRead
 from gpuledger.controller.clock import Clock
 from gpuledger.errors import SourceError, SourceName
-from gpuledger.model.snapshots import FleetWatchStats
+from gpuledger.model.snapshots import WatchStats
 
 log = structlog.get_logger("gpuledger.fleet")
 
@@ -244,12 +244,12 @@ class FleetWatch(Generic[T]):
             raise self._error or SourceError(SourceName.NOMAD, "no view", "check the Nomad agent")
         return self.view_
 
-    def stats(self) -> FleetWatchStats:
+    def stats(self) -> WatchStats:
         """What the metrics show of the watch now."""
         with self._lock:
             age = None if self.view_at is None else self.clock.monotonic() - self.view_at
             healthy = self.watching and self._error is None
-            return FleetWatchStats(self.endpoint, self.index, healthy, age, self.restarts,
+            return WatchStats(self.endpoint, self.index, healthy, age, self.restarts,
                                    self.requests, self.response_bytes,
                                    self._pacer.paced)  # fmt: skip
 

@@ -36,8 +36,8 @@ blocks is the one the next request sends.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Protocol
 
@@ -48,8 +48,9 @@ from gpuledger.collectors.nomad_blocking import Pacer, attempt_timeout, clamp_wa
 from gpuledger.controller.clock import Clock
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import Allocation
+from gpuledger.model.snapshots import WatchStats
 
-__all__ = ["Lister", "NomadWatch", "WatchState", "WatchStats"]
+__all__ = ["Lister", "NomadWatch", "WatchState"]
 
 RETRY_BASE_S = 0.5
 """The first back-off after a failed request; it doubles, up to the interval."""
@@ -90,20 +91,6 @@ class WatchState:
     failures: int = 0
     polling: str | None = None
     """Why the watch polls at the interval instead of blocking; ``None`` while it watches."""
-
-
-@dataclass(frozen=True)
-class WatchStats:
-    """What ``/metrics`` shows of the watch."""
-
-    index: int
-    view_age_s: float | None
-    restarts: int
-    watching: bool
-    paced: int = 0
-    """Answers after which the pace held the next request (``Pacer``)."""
-    requests: Mapping[str, int] = field(default_factory=dict)
-    response_bytes: Mapping[str, int] = field(default_factory=dict)
 
 
 class NomadWatch:
@@ -190,6 +177,7 @@ class NomadWatch:
         state = self.state
         age = None if state.answered_at is None else self.clock.monotonic() - state.answered_at
         return WatchStats(
+            endpoint=None,
             index=state.index,
             view_age_s=age,
             restarts=self.restarts,
