@@ -1,6 +1,7 @@
 """``gpuledger serve``: the node controller's loop in the main thread, HTTP beside it.
 
-With Nomad on, a watch thread (``controller/nomad_watch.py``) asks a blocking query on the node's
+With Nomad on, a watch thread (``controller/nomad_watch.py``, the fleet's too) asks a blocking
+query on the node's
 allocations and wakes the loop when they change (``--nomad-resync``, ``--nomad-max-stale``,
 ``--nomad-consistent``); ``/metrics`` and ``/healthz`` show it.
 
@@ -29,9 +30,10 @@ from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.loop import NodeController, attempt_timeout
 from gpuledger.controller.meta_publisher import NodeMetaPublisher
 from gpuledger.controller.node import configured_node
-from gpuledger.controller.nomad_watch import NomadWatch
+from gpuledger.controller.nomad_watch import NomadWatch, allocations_watch
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.errors import ExitCode, UsageError
+from gpuledger.model import Allocation
 from gpuledger.model.history_record import GAP_INTERVALS
 from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.redact import CommandMode
@@ -172,27 +174,26 @@ def read_mode(options: ServeOptions, owner_keys: tuple[str, ...] = DEFAULT_OWNER
 
 def _watch(
     config: SourceConfig, options: ServeOptions, timeout: float, clock: Clock, counts: RequestCounts
-) -> NomadWatch | None:
+) -> NomadWatch[tuple[Allocation, ...]] | None:
     """The watch on the node's allocations, with a session of its own; none without Nomad.
     Each query waits half of ``--nomad-resync`` (Nomad honours at most 5 minutes)."""
     if config.nomad is None:
         return None
     settings = replace(config.nomad, timeout=timeout)
     mode = config.nomad_mode
-    return NomadWatch(
+    return allocations_watch(
         lambda: NomadReader(settings, mode, counts),
         clock,
         interval_s=options.interval.total_seconds(),
-        wait_s=options.watch.resync.total_seconds() / 2,
-        attempt_s=timeout,
-        resync_s=options.watch.resync.total_seconds(),
+        resync=options.watch.resync,
+        timeout_s=timeout,
     )
 
 
 def _sources(
     config: SourceConfig,
     timeout: float,
-    watch: NomadWatch | None,
+    watch: NomadWatch[tuple[Allocation, ...]] | None,
     counts: RequestCounts,
     clock: Clock,
 ) -> Sources:

@@ -100,7 +100,7 @@ class FleetConfig:
     """The age of a last tick that makes a controller stale when it does not say its interval."""
     shard: Shard | None = None
     watches: Callable[[], tuple[WatchStats, ...]] = _no_watches
-    """The watches on Nomad as they stand (``fleet serve``; ``controller/fleet_watch.py``)."""
+    """The watches on Nomad as they stand (``fleet serve``; ``controller/nomad_watch.py``)."""
 
 
 @dataclass(frozen=True)

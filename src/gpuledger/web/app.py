@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import parse_qs
 
-from gpuledger.model import Ledger
+from gpuledger.model import Allocation, Ledger
 from gpuledger.model.contract import (
     INTERVAL_HEADER,
     TICK_HEADER,
@@ -239,7 +239,7 @@ class App(WsgiApp[Snapshot]):
         snapshot: Callable[[], Snapshot | None],
         now: Callable[[], datetime],
         *,
-        watch: NomadWatch | None = None,
+        watch: NomadWatch[tuple[Allocation, ...]] | None = None,
         counts: RequestCounts | None = None,
     ) -> None:
         self.snapshot, self.now = snapshot, now
