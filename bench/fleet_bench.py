@@ -236,8 +236,7 @@ def hour(size: dict[str, int], *, probe: bool, node_changes_per_s: float) -> tup
     in an hour of fake time, against an endpoint that blocks as ``blockingRPC`` does and whose
     answers weigh what the simulated 10,000-node Nomad's do; ``node_changes_per_s``: writes to
     the nodes table (allocation changes are not: they move the allocs table only)."""
-    from gpuledger.collectors.nomad_blocking import QueryMeta  # noqa: PLC0415
-    from gpuledger.collectors.nomad_cluster import Blocked  # noqa: PLC0415
+    from gpuledger.collectors.nomad_blocking import Blocked, QueryMeta  # noqa: PLC0415
     from gpuledger.controller.nomad_watch import (  # noqa: PLC0415
         Bodies,
         NomadWatch,

@@ -12,34 +12,19 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import requests
 
 from gpuledger.sim.fleet_sim import FleetSim, mixed_nodes
 from gpuledger.sim.nomad_api import FakeNomad
+from integration.test_serve import GPULEDGER, eventually
 
-T = TypeVar("T")
-GPULEDGER = [sys.executable, "-m", "gpuledger"]
 GOOD_POLICY = "version: 1\nfindings:\n  controller-missing: {level: WARN}\n"
 BAD_POLICY = "version: 1\nfindings:\n  controller-missing: {level: HOTTER}\n"
-WAIT_S = 30.0
-
-
-def eventually(probe: Callable[[], T | None], what: str, wait: float = WAIT_S) -> T:
-    """Poll ``probe`` until it returns something; fail naming ``what`` after ``wait``."""
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        found = probe()
-        if found is not None and found is not False:
-            return found
-        time.sleep(0.05)
-    pytest.fail(f"not seen within {wait:g} s: {what}")
 
 
 class FleetServe:

@@ -13,8 +13,13 @@ from datetime import timedelta
 import pytest
 from structlog.testing import capture_logs
 
-from gpuledger.collectors.nomad_blocking import PACE_BURST, PACE_FLOOR_S, QueryMeta
-from gpuledger.collectors.nomad_cluster import Blocked, BlockingRead
+from gpuledger.collectors.nomad_blocking import (
+    PACE_BURST,
+    PACE_FLOOR_S,
+    Blocked,
+    BlockingRead,
+    QueryMeta,
+)
 from gpuledger.controller.nomad_watch import Bodies, NomadWatch, WatchSettings
 from gpuledger.errors import SourceError, SourceName
 

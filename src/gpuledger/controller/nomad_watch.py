@@ -54,6 +54,8 @@ import structlog
 from gpuledger.collectors.nomad import NodeAllocs
 from gpuledger.collectors.nomad_blocking import (
     STALE_HINT,
+    Blocked,
+    BlockingRead,
     Pacer,
     QueryMeta,
     attempt_timeout,
@@ -62,7 +64,6 @@ from gpuledger.collectors.nomad_blocking import (
     leaderless_since,
     stale_reason,
 )
-from gpuledger.collectors.nomad_cluster import Blocked, BlockingRead
 from gpuledger.controller.clock import Clock
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import Allocation
