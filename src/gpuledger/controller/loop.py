@@ -167,8 +167,7 @@ class NodeController:
     def run(self, started: Callable[[], None] = lambda: None, *, signals: bool = False) -> None:
         """Tick at a fixed rate until ``stop`` (``LoopShell.run``); then write the history
         once more."""
-        self.shell.run(self.tick, started=started, signals=signals)
-        self._save()
+        self.shell.run(self.tick, started=started, finished=self._save, signals=signals)
 
     def safe_tick(self) -> Snapshot | None:
         """``tick``, logging instead of dying if a bug escapes: the loop must outlive it."""

@@ -117,11 +117,13 @@ class LoopShell:
         *,
         started: Callable[[], None] = lambda: None,
         reloaded: Callable[[], None] = lambda: None,
+        finished: Callable[[], object] = lambda: None,
         signals: bool = False,
     ) -> None:
         """Turn until ``stop``: ``turn`` guarded, the policy reloaded first when asked
-        (``reloaded`` called when a new one is in force); with ``signals``, SIGTERM, SIGINT
-        and SIGHUP taken (the main thread only) before ``started`` is called."""
+        (``reloaded`` called when a new one is in force), ``finished`` once the last turn is
+        done; with ``signals``, SIGTERM, SIGINT and SIGHUP taken (the main thread only) before
+        ``started`` is called."""
         if signals:
             self._take_signals()
         started()
@@ -140,6 +142,7 @@ class LoopShell:
                 # The next starts at once rather than piling up.
                 log.warning(self.events.overran, duration_s=round(took, 3),
                             interval_s=self.interval_s)  # fmt: skip
+        finished()
         log.info(self.events.stopped)
 
     def guarded(self, turn: Callable[[], T]) -> T | None:
