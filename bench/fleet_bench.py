@@ -232,13 +232,16 @@ class _FakeTime:
 
 
 def hour(size: dict[str, int], *, probe: bool, node_changes_per_s: float) -> tuple[int, int]:
-    """Requests and bytes ``fleet serve``'s watch (``FleetWatch``, this tree's) asks of Nomad
+    """Requests and bytes ``fleet serve``'s watch (``NomadWatch``, this tree's) asks of Nomad
     in an hour of fake time, against an endpoint that blocks as ``blockingRPC`` does and whose
     answers weigh what the simulated 10,000-node Nomad's do; ``node_changes_per_s``: writes to
     the nodes table (allocation changes are not: they move the allocs table only)."""
-    from gpuledger.collectors.nomad_blocking import QueryMeta  # noqa: PLC0415
-    from gpuledger.collectors.nomad_cluster import Blocked  # noqa: PLC0415
-    from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings  # noqa: PLC0415
+    from gpuledger.collectors.nomad_blocking import Blocked, QueryMeta  # noqa: PLC0415
+    from gpuledger.controller.nomad_watch import (  # noqa: PLC0415
+        Bodies,
+        NomadWatch,
+        WatchSettings,
+    )
 
     clock, sent = _FakeTime(), [0, 0]
     full, small = b"x" * size["/v1/nodes resources"], size["/v1/nodes probe"]
@@ -258,8 +261,8 @@ def hour(size: dict[str, int], *, probe: bool, node_changes_per_s: float) -> tup
         sent[0], sent[1] = sent[0] + asked, sent[1] + len(full) + (small if read.probe else 0)
         return Blocked(meta, full, requests=asked)
 
-    watch = FleetWatch("/v1/nodes", lambda: (fetch, len), WatchSettings(interval=30.0), clock,
-                       probe=probe)  # fmt: skip
+    watch = NomadWatch("/v1/nodes", lambda: Bodies(fetch, len), WatchSettings(interval=30.0),
+                       clock, probe=probe)  # fmt: skip
     while clock.t < 3600:
         clock.sleep(watch.step())
     return sent[0], sent[1]

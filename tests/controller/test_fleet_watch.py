@@ -1,4 +1,4 @@
-"""The fleet's watch on Nomad (``controller/fleet_watch.py``), driven step by step on fake time
+"""The fleet's watch on Nomad (``controller/nomad_watch.py``), driven step by step on fake time
 against a fake endpoint that blocks as ``blockingRPC`` does (an answer at once when the index
 asked is below the current one or absent; else after the wait, at the same index), and that
 misbehaves as the issue's faults do: a proxy dropping ``index``, no index at all, an index going
@@ -7,15 +7,20 @@ backwards, a 500 or a cut body, no leader, a token rotated, a thread that dies."
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
 from structlog.testing import capture_logs
 
-from gpuledger.collectors.nomad_blocking import PACE_BURST, PACE_FLOOR_S, QueryMeta
-from gpuledger.collectors.nomad_cluster import Blocked, BlockingRead
-from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings
+from gpuledger.collectors.nomad_blocking import (
+    PACE_BURST,
+    PACE_FLOOR_S,
+    Blocked,
+    BlockingRead,
+    QueryMeta,
+)
+from gpuledger.controller.nomad_watch import Bodies, NomadWatch, WatchSettings
 from gpuledger.errors import SourceError, SourceName
 
 INTERVAL = 30.0
@@ -80,7 +85,7 @@ class Endpoint:
 
 def watch(
     endpoint: Endpoint, settings: WatchSettings = SETTINGS
-) -> tuple[FleetWatch[bytes], list[bytes]]:
+) -> tuple[NomadWatch[bytes], list[bytes]]:
     decoded: list[bytes] = []
 
     def decode(body: bytes) -> bytes:
@@ -90,12 +95,12 @@ def watch(
         decoded.append(body)
         return body
 
-    return FleetWatch("/v1/nodes", lambda: (endpoint.fetch, decode), settings, endpoint.clock), (
-        decoded
-    )
+    return NomadWatch(
+        "/v1/nodes", lambda: Bodies(endpoint.fetch, decode), settings, endpoint.clock
+    ), decoded
 
 
-def run_for(w: FleetWatch[bytes], clock: WatchClock, seconds: float,
+def run_for(w: NomadWatch[bytes], clock: WatchClock, seconds: float,
             each: Callable[[], None] = lambda: None) -> None:  # fmt: skip
     end = clock.t + seconds
     for _ in range(10_000):  # a watch that never pauses would loop here: a failure, not a hang
@@ -128,7 +133,7 @@ def test_a_probing_watch_reads_the_whole_list_only_at_a_change_or_a_resync(
 ) -> None:
     endpoint = Endpoint(clock)
     decoded: list[bytes] = []
-    w = FleetWatch("/v1/nodes", lambda: (endpoint.fetch, lambda b: decoded.append(b) or b),
+    w = NomadWatch("/v1/nodes", lambda: Bodies(endpoint.fetch, lambda b: decoded.append(b) or b),
                    SETTINGS, clock, probe=True)  # fmt: skip
     run_for(w, clock, 3600)
     # Waits of 5 min: a probe, then (a resync due within the next wait) the list, blocking.
@@ -274,21 +279,50 @@ def test_a_watch_that_has_not_answered_yet_is_failing_not_empty(clock: WatchCloc
         w.view()
 
 
-def test_a_dead_thread_is_started_again_and_counted(clock: WatchClock) -> None:
-    endpoint = Endpoint(clock)
-    calls, released, asked = [], threading.Event(), threading.Event()
+def sessions_of(
+    endpoint: Endpoint, bug: BaseException
+) -> tuple[Iterator[Bodies[bytes]], list[BlockingRead], threading.Event, threading.Event]:
+    """A first session whose fetch raises ``bug``, then one whose query blocks until the test
+    releases it (``asked`` set when it asks)."""
+    calls: list[BlockingRead] = []
+    released, asked = threading.Event(), threading.Event()
 
     def broken(read: BlockingRead) -> Blocked:
         calls.append(read)
-        raise RuntimeError("a bug")
+        raise bug
 
     def held(read: BlockingRead) -> Blocked:
         asked.set()
         released.wait(10)  # a query that blocks until the test ends
         return endpoint.fetch(read)
 
-    sessions = iter([(broken, bytes), (held, bytes)])
-    w: FleetWatch[bytes] = FleetWatch("/v1/nodes", lambda: next(sessions), SETTINGS, clock)
+    return iter([Bodies(broken, bytes), Bodies(held, bytes)]), calls, released, asked
+
+
+def test_a_step_that_crashes_is_counted_and_asked_again_with_a_new_session(
+    clock: WatchClock,
+) -> None:
+    sessions, calls, released, asked = sessions_of(Endpoint(clock), RuntimeError("a bug"))
+    w: NomadWatch[bytes] = NomadWatch("/v1/nodes", lambda: next(sessions), SETTINGS, clock)
+    with capture_logs() as logs:
+        w.start()
+        assert asked.wait(10)  # the same thread, with a new session, asks Nomad
+    assert calls
+    assert w.restarts == w.stats().restarts == 1
+    assert "nomad.watch_crashed" in [e["event"] for e in logs]
+    with pytest.raises(SourceError, match="crashed"):
+        w.view()  # a failure, never a frozen view
+    w.stop()
+    released.set()
+    assert w._thread is not None
+    w._thread.join(10)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_thread_is_started_again_and_counted(clock: WatchClock) -> None:
+    # What no `except Exception` catches: the thread dies.
+    sessions, calls, released, asked = sessions_of(Endpoint(clock), SystemExit())
+    w: NomadWatch[bytes] = NomadWatch("/v1/nodes", lambda: next(sessions), SETTINGS, clock)
     with capture_logs() as logs:
         w.start()
         assert w._thread is not None
@@ -297,7 +331,7 @@ def test_a_dead_thread_is_started_again_and_counted(clock: WatchClock) -> None:
         w.ensure_running()  # what view() does first
         assert asked.wait(10)  # the new thread, with a new session, asks Nomad
     assert w.restarts == w.stats().restarts == 1
-    assert "nomad.watch_crashed" in [e["event"] for e in logs]
+    assert "nomad.watch_restarted" in [e["event"] for e in logs]
     w.stop()
     released.set()
     w._thread.join(10)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import pytest
@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 from gpuledger.collectors.nomad import NodeAllocs
 from gpuledger.collectors.nomad_blocking import PACE_BURST, PACE_FLOOR_S, QueryMeta
-from gpuledger.controller.nomad_watch import NomadWatch
+from gpuledger.controller.nomad_watch import NomadWatch, WatchState, allocations_watch
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model import Allocation
 from tests.controller.test_loop import FakeClock
@@ -67,26 +67,25 @@ class ScriptedLister:
 
 def watch(
     script: list[Answer], *, resync: float = 600.0
-) -> tuple[NomadWatch, ScriptedLister, FakeClock, list[float]]:
+) -> tuple[NomadWatch[tuple[Allocation, ...]], ScriptedLister, FakeClock, list[float]]:
     clock = FakeClock()
     lister = ScriptedLister(clock, script)
     changes: list[float] = []
-    w = NomadWatch(
+    w = allocations_watch(
         lambda: lister,
         clock,
         interval_s=INTERVAL,
-        wait_s=WAIT,
-        attempt_s=ATTEMPT,
-        resync_s=resync,
+        resync=timedelta(seconds=resync),  # waits of half of it: WAIT by default
+        timeout_s=ATTEMPT,
         on_change=lambda: changes.append(clock.t),
     )
-    w.state = type(w.state)(node_id=NODE, allocations=(A1,))  # what the tick saw: follow()
+    w.state = WatchState(key=NODE, view=(A1,))  # what the tick saw: follow()
     return w, lister, clock, changes
 
 
-def steps(w: NomadWatch, n: int) -> None:
+def steps(w: NomadWatch[tuple[Allocation, ...]], n: int) -> None:
     for _ in range(n):
-        w.step()
+        w.turn()
 
 
 def test_a_first_plain_read_then_blocking_queries_from_its_index() -> None:
@@ -97,9 +96,9 @@ def test_a_first_plain_read_then_blocking_queries_from_its_index() -> None:
     # A new index with the same allocations (Nomad's index moved, the node's list did not).
     assert w.state.index == 12 and changes == []
     lister.script.append(Answer(allocations=(A1, A2), index=12, takes=2))
-    w.step()
+    w.turn()
     assert lister.asked[-1] == (12, WAIT)
-    assert w.state.allocations == (A1, A2) and changes == [pytest.approx(WAIT + 0.01 + 7 + 2)]
+    assert w.state.view == (A1, A2) and changes == [pytest.approx(WAIT + 0.01 + 7 + 2)]
 
 
 def test_a_change_wakes_the_loop_once_and_an_unchanged_answer_never() -> None:
@@ -111,8 +110,8 @@ def test_a_change_wakes_the_loop_once_and_an_unchanged_answer_never() -> None:
         ]
     )
     steps(w, 2)
-    assert len(changes) == 1 and w.view(NODE) == (A1_DONE,)
-    w.step()
+    assert len(changes) == 1 and w.view_for(NODE) == (A1_DONE,)
+    w.turn()
     assert len(changes) == 1
 
 
@@ -121,12 +120,12 @@ def test_a_proxy_that_drops_index_makes_it_poll_at_the_interval_never_a_busy_loo
     w, lister, clock, _changes = watch([Answer(index=10, takes=0.02) for _ in range(40)])
     with capture_logs() as logs:
         while clock.t < 10 * INTERVAL:
-            w.step()
+            w.turn()
     # One plain read and one blocking try at once, then one request an interval: ~12, not 40.
     assert len(lister.asked) <= 12
     assert [e["event"] for e in logs].count("nomad_watch.polling") == 1
     assert w.notes() and "polling every 15s" in w.notes()[0]
-    assert w.view(NODE) == (A1,)  # polled answers are fresh: the view is trusted
+    assert w.view_for(NODE) == (A1,)  # polled answers are fresh: the view is trusted
     assert not w.stats().watching
 
 
@@ -134,7 +133,7 @@ def test_answers_without_an_index_poll_at_the_interval_and_say_it_once() -> None
     w, lister, clock, _changes = watch([Answer(index=None) for _ in range(40)])
     with capture_logs() as logs:
         while clock.t < 10 * INTERVAL:
-            w.step()
+            w.turn()
     assert all(asked == (0, None) for asked in lister.asked)
     assert len(lister.asked) <= 11
     assert [e["event"] for e in logs].count("nomad_watch.polling") == 1
@@ -148,7 +147,7 @@ def test_watching_again_once_queries_block_again() -> None:
     steps(w, 2)
     assert w.notes()
     with capture_logs() as logs:
-        w.step()
+        w.turn()
     assert w.notes() == [] and w.stats().watching
     assert [e["event"] for e in logs] == ["nomad_watch.watching"]
 
@@ -161,7 +160,7 @@ def test_an_index_that_goes_backwards_starts_again_from_a_plain_read() -> None:
         steps(w, 4)
     assert lister.asked == [(0, None), (50, WAIT), (0, None), (7, WAIT)]
     assert any(e["event"] == "nomad_watch.index_reset" for e in logs)
-    assert changes == [] and w.view(NODE) == (A1,)
+    assert changes == [] and w.view_for(NODE) == (A1,)
 
 
 def test_an_index_that_moves_at_once_at_every_answer_is_asked_at_the_pace() -> None:
@@ -171,7 +170,7 @@ def test_an_index_that_moves_at_once_at_every_answer_is_asked_at_the_pace() -> N
     w, lister, clock, _changes = watch(script)
     with capture_logs() as logs:
         while clock.t < 60.0:
-            w.step()
+            w.turn()
     # The first plain read, two answers at once, then one a second: ~63 a minute, not a loop.
     assert len(lister.asked) <= 60 / PACE_FLOOR_S + PACE_BURST + 1
     assert w.stats().paced >= 55
@@ -185,7 +184,7 @@ def test_an_index_that_goes_backwards_at_every_answer_resets_once_then_waits() -
     w, lister, clock, _changes = watch(script)
     with capture_logs() as logs:
         while clock.t < 60.0:
-            w.step()
+            w.turn()
     # Each reset is one plain read at once; the blocking query after it waits its turn.
     assert len(lister.asked) <= 2 * (60 / PACE_FLOOR_S + PACE_BURST) + 1
     assert lister.asked[:4] == [(0, None), (50, WAIT), (0, None), (50, WAIT)]
@@ -196,49 +195,49 @@ def test_an_index_that_goes_backwards_at_every_answer_resets_once_then_waits() -
 def test_a_failed_wait_is_retried_with_a_back_off_that_doubles_up_to_the_interval() -> None:
     script = [Answer(), *[Answer(error="GET … answered 500: no leader") for _ in range(8)]]
     w, _lister, clock, _changes = watch([*script, Answer(takes=WAIT)])
-    w.step()
+    w.turn()
     clock.sleeps.clear()
     steps(w, 8)
     assert clock.sleeps == [0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
-    assert w.view(NODE) is None  # failing: the tick reads Nomad itself
+    assert w.view_for(NODE) is None  # failing: the tick reads Nomad itself
     # Each retry is a plain read: its answer, at once, tells whether Nomad is back.
     assert _lister.asked[1] == (10, WAIT)
     assert all(asked == (0, None) for asked in _lister.asked[2:])
-    w.step()
-    assert w.view(NODE) == (A1,) and w.state.failures == 0
+    w.turn()
+    assert w.view_for(NODE) == (A1,) and w.state.failures == 0
 
 
 def test_the_view_is_not_trusted_past_a_request_that_outlived_its_timeout() -> None:
     w, _lister, clock, _changes = watch([Answer()])
-    w.step()
-    assert w.view(NODE) == (A1,)
+    w.turn()
+    assert w.view_for(NODE) == (A1,)
     # The next request blocks; while it may still answer, the view stands.
-    w.state = type(w.state)(**{**w.state.__dict__, "asked_at": clock.t, "attempt_s": 320.0})
+    w.state = replace(w.state, asked_at=clock.t, attempt_s=320.0)
     clock.t += 319
-    assert w.view(NODE) == (A1,)
+    assert w.view_for(NODE) == (A1,)
     clock.t += 2
-    assert w.view(NODE) is None
+    assert w.view_for(NODE) is None
 
 
 def test_a_view_older_than_resync_is_not_trusted() -> None:
     w, _lister, clock, _changes = watch([Answer()], resync=60.0)
-    w.step()
+    w.turn()
     clock.t += 59
-    assert w.view(NODE) == (A1,)
+    assert w.view_for(NODE) == (A1,)
     clock.t += 2
-    assert w.view(NODE) is None
+    assert w.view_for(NODE) is None
 
 
 def test_no_view_of_another_node_and_none_before_the_first_answer() -> None:
     w, _lister, _clock, _changes = watch([Answer()])
-    assert w.view(NODE) is None
-    w.step()
-    assert w.view("node-2") is None
+    assert w.view_for(NODE) is None
+    w.turn()
+    assert w.view_for("node-2") is None
 
 
 def test_a_blocking_request_may_take_its_wait_plus_jitter_plus_the_attempt() -> None:
     w, lister, _clock, _changes = watch([Answer()])
-    w.step()
+    w.turn()
     seen: list[float] = []
 
     def spy(node_id: str, index: int = 0, wait_s: float | None = None) -> NodeAllocs:
@@ -246,13 +245,13 @@ def test_a_blocking_request_may_take_its_wait_plus_jitter_plus_the_attempt() -> 
         raise SourceError(SourceName.NOMAD, "cut", "retry")
 
     lister.list_allocations = spy  # type: ignore[method-assign]
-    w.step()
+    w.turn()
     assert seen == [pytest.approx(WAIT + WAIT / 16 + ATTEMPT)]
 
 
 def test_a_step_that_crashes_is_counted_and_a_failure_never_a_frozen_view() -> None:
     w, lister, _clock, _changes = watch([Answer()])
-    w.step()
+    w.turn()
 
     def broken(node_id: str, index: int = 0, wait_s: float | None = None) -> NodeAllocs:
         raise RuntimeError("a bug")
@@ -260,7 +259,7 @@ def test_a_step_that_crashes_is_counted_and_a_failure_never_a_frozen_view() -> N
     lister.list_allocations = broken  # type: ignore[method-assign]
     with capture_logs() as logs:
         w.turn()
-    assert w.restarts == 1 and w.view(NODE) is None
+    assert w.restarts == 1 and w.view_for(NODE) is None
     assert w.state.error is not None and "crashed" in w.state.error.message
     assert lister.closed == 1
     assert any(e["event"] == "nomad_watch.crashed" for e in logs)
@@ -306,7 +305,9 @@ def test_a_dead_thread_is_started_again_by_the_next_tick_and_counted() -> None:
         def close(self) -> None:
             pass
 
-    w = NomadWatch(Lister, RealClock(), interval_s=0.1, wait_s=1, attempt_s=1, resync_s=60)
+    w = allocations_watch(
+        Lister, RealClock(), interval_s=0.1, resync=timedelta(seconds=60), timeout_s=1
+    )
     w.follow(NODE, (A1,))
     thread = w._thread
     assert thread is not None
@@ -320,21 +321,20 @@ def test_a_dead_thread_is_started_again_by_the_next_tick_and_counted() -> None:
 
 
 def test_resync_and_wait_are_within_what_nomad_honours() -> None:
-    w = NomadWatch(
+    w = allocations_watch(
         lambda: ScriptedLister(FakeClock(), []),
         FakeClock(),
         interval_s=15,
-        wait_s=timedelta(hours=1).total_seconds(),
-        attempt_s=4.5,
-        resync_s=7200,
+        resync=timedelta(hours=2),  # waits of an hour asked
+        timeout_s=4.5,
     )
-    assert w.wait_s == 300.0
+    assert w.settings.wait.total_seconds() == 300.0
 
 
 def test_an_answer_for_a_node_the_loop_left_meanwhile_is_dropped() -> None:
     w, lister, _clock, changes = watch([Answer()])
-    w.step()
-    moved = type(w.state)(node_id="node-2", allocations=())
+    w.turn()
+    moved: WatchState[tuple[Allocation, ...]] = WatchState(key="node-2", view=())
 
     def moving(node_id: str, index: int = 0, wait_s: float | None = None) -> NodeAllocs:
         w.state = moved  # what follow() does from the loop's thread while this one blocks
@@ -343,5 +343,5 @@ def test_an_answer_for_a_node_the_loop_left_meanwhile_is_dropped() -> None:
         )
 
     lister.list_allocations = moving  # type: ignore[method-assign]
-    w.step()
+    w.turn()
     assert w.state is moved and changes == []

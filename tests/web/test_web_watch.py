@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from gpuledger.collectors.nomad import NodeAllocs
 from gpuledger.collectors.nomad_blocking import QueryMeta
 from gpuledger.collectors.nomad_transport import RequestCounts
-from gpuledger.controller.nomad_watch import NomadWatch
+from gpuledger.controller.nomad_watch import NomadWatch, WatchState, allocations_watch
 from gpuledger.errors import SourceName
-from gpuledger.model import SourceStatus
+from gpuledger.model import Allocation, SourceStatus
 from gpuledger.web.app import App
 from tests.controller.test_loop import FakeClock
 from tests.web.test_web import AT, call, snapshot
@@ -32,13 +34,13 @@ class OneAnswer:
         pass
 
 
-def watch_with(index: int | None) -> tuple[NomadWatch, FakeClock]:
+def watch_with(index: int | None) -> tuple[NomadWatch[tuple[Allocation, ...]], FakeClock]:
     clock = FakeClock()
-    watch = NomadWatch(
-        lambda: OneAnswer(index), clock, interval_s=15, wait_s=300, attempt_s=4.5, resync_s=600
+    watch = allocations_watch(
+        lambda: OneAnswer(index), clock, interval_s=15, resync=timedelta(minutes=10), timeout_s=4.5
     )
-    watch.state = type(watch.state)(node_id="node-1", allocations=())
-    watch.step()
+    watch.state = WatchState(key="node-1", view=())
+    watch.turn()
     return watch, clock
 
 

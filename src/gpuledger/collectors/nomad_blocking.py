@@ -237,3 +237,34 @@ def stale_reason(
                 f"--nomad-max-stale ({max_stale.total_seconds():g}s)"
             )
     return None
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """One answer of a blocking read: its headers, and its body as it came (undecoded)."""
+
+    meta: QueryMeta
+    body: bytes
+    probed: bool = False
+    """A probe that saw no change: ``body`` is not the list (``nodes_watched``)."""
+    requests: int = 1
+    """How many requests it took (a probe that saw a change, and the list read after it: 2)."""
+    received: int | None = None
+    """Body bytes of all of them; ``None``: ``len(body)``."""
+
+
+@dataclass(frozen=True)
+class BlockingRead:
+    """How to ask: the index (0: a plain read), the wait, the attempt's timeout in seconds
+    (``attempt_timeout``), and whether to ask the leader (``--nomad-consistent``)."""
+
+    index: int
+    wait: timedelta
+    timeout: float
+    consistent: bool = False
+    probe: bool = False
+    """Block on a one-node page (``per_page=1``) instead of the whole list (``nodes_watched``)."""
+
+    def params(self) -> dict[str, str]:
+        """The query parameters of the read (``query_params``)."""
+        return query_params(self.index, self.wait, consistent=self.consistent)

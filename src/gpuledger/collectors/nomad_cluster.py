@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
 from nomad.api.base import Requester
 
 from gpuledger.collectors.nomad import NomadReader
-from gpuledger.collectors.nomad_blocking import QueryMeta, parse_query_meta, query_params
+from gpuledger.collectors.nomad_blocking import Blocked, BlockingRead, parse_query_meta
 from gpuledger.collectors.nomad_transport import Call, NomadSettings
 from gpuledger.errors import SourceError, SourceName
 from gpuledger.model.fleet_values import ClusterNode, Target, base_url, text_or_none
@@ -159,37 +157,6 @@ def decode_registrations(docs: object, scheme: str, path: str) -> tuple[Target, 
             f"GET {path} answered a registration gpuledger cannot read ({err})",
             "report this with the Nomad version",
         ) from None
-
-
-@dataclass(frozen=True)
-class Blocked:
-    """One answer of a blocking read: its headers, and its body as it came (undecoded)."""
-
-    meta: QueryMeta
-    body: bytes
-    probed: bool = False
-    """A probe that saw no change: ``body`` is not the list (``nodes_watched``)."""
-    requests: int = 1
-    """How many requests it took (a probe that saw a change, and the list read after it: 2)."""
-    received: int | None = None
-    """Body bytes of all of them; ``None``: ``len(body)``."""
-
-
-@dataclass(frozen=True)
-class BlockingRead:
-    """How to ask: the index (0: a plain read), the wait, the attempt's timeout in seconds
-    (``nomad_blocking.attempt_timeout``), and whether to ask the leader (``--nomad-consistent``)."""
-
-    index: int
-    wait: timedelta
-    timeout: float
-    consistent: bool = False
-    probe: bool = False
-    """Block on a one-node page (``per_page=1``) instead of the whole list (``nodes_watched``)."""
-
-    def params(self) -> dict[str, str]:
-        """The query parameters of the read (``nomad_blocking.query_params``)."""
-        return query_params(self.index, self.wait, consistent=self.consistent)
 
 
 class NomadCluster(NomadReader):

@@ -47,7 +47,7 @@ from gpuledger.commands.options import (
 from gpuledger.commands.secret_files import warn_if_others_read
 from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
-from gpuledger.controller.fleet_watch import FleetWatch, WatchSettings
+from gpuledger.controller.nomad_watch import Bodies, NomadWatch, WatchSettings
 from gpuledger.core.fleet_shard import Shard
 from gpuledger.errors import ConfigError, ExitCode
 from gpuledger.model import Level, SourceName
@@ -95,7 +95,7 @@ WatchNomad = NomadWatchFlags
 
 def watched_config(
     options: FleetOptions, interval: timedelta, watch: WatchNomad, clock: Clock
-) -> tuple[FleetConfig, tuple[FleetWatch[Any], ...]]:
+) -> tuple[FleetConfig, tuple[NomadWatch[Any], ...]]:
     """``fleet_config``, its Nomad reads made watches (not started): the node list and the
     service discovery each kept by a thread of its own with blocking queries."""
     config = fleet_config(options)
@@ -107,17 +107,15 @@ def watched_config(
         timeout=timedelta(seconds=options.timeout),
     )
     first = options.timeout
-    watches: list[FleetWatch[Any]] = []
+    watches: list[NomadWatch[Any]] = []
     nodes: Callable[[], tuple[ClusterNode, ...]] | None = config.nodes
     if config.nodes is not None:
 
-        def node_reads() -> tuple[Any, Any]:
+        def node_reads() -> Bodies[tuple[ClusterNode, ...]]:
             cluster = NomadCluster(options.nomad)
-            return cluster.nodes_watched, cluster.decode_node_list
+            return Bodies(cluster.nodes_watched, cluster.decode_node_list)
 
-        node_watch: FleetWatch[tuple[ClusterNode, ...]] = FleetWatch(
-            "/v1/nodes", node_reads, settings, clock, probe=True
-        )
+        node_watch = NomadWatch("/v1/nodes", node_reads, settings, clock, probe=True)
         watches.append(node_watch)
 
         def nodes() -> tuple[ClusterNode, ...]:
@@ -128,16 +126,14 @@ def watched_config(
     if discovery.name is SourceName.NOMAD_SERVICES and d.nomad_service is not None:
         name, namespace, scheme = d.nomad_service, d.nomad_namespace, d.node_scheme
 
-        def service_reads() -> tuple[Any, Any]:
+        def service_reads() -> Bodies[tuple[Target, ...]]:
             cluster = NomadCluster(options.nomad)
-            return (
+            return Bodies(
                 lambda read: cluster.service_at(name, namespace, read),
                 lambda body: cluster.decode_services(name, namespace, scheme, body),
             )
 
-        service_watch: FleetWatch[tuple[Target, ...]] = FleetWatch(
-            f"/v1/service/{name}", service_reads, settings, clock
-        )
+        service_watch = NomadWatch(f"/v1/service/{name}", service_reads, settings, clock)
         watches.append(service_watch)
         discovery = replace(discovery, read=lambda: service_watch.view(first))
     config = replace(
@@ -272,7 +268,7 @@ def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: T
     if keeper is not None:
         keeper.start()
     try:
-        controller.run(started)
+        controller.run(started, signals=True)
     finally:
         if keeper is not None:
             keeper.stop()

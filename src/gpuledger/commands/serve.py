@@ -1,17 +1,17 @@
 """``gpuledger serve``: the node controller's loop in the main thread, HTTP beside it.
 
-With Nomad on, a watch thread (``controller/nomad_watch.py``) asks a blocking query on the node's
+With Nomad on, a watch thread (``controller/nomad_watch.py``, the fleet's too) asks a blocking
+query on the node's
 allocations and wakes the loop when they change (``--nomad-resync``, ``--nomad-max-stale``,
 ``--nomad-consistent``); ``/metrics`` and ``/healthz`` show it.
 
 SIGTERM and SIGINT end the loop after the tick in progress and the history is written (and with
 ``--clear-node-meta-on-exit`` the node's ``gpuledger.*`` metadata unset); SIGHUP reloads the
-policy.
+policy (``controller/loop_shell.py``, the shell ``fleet serve`` runs in too).
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from dataclasses import dataclass, field, replace
@@ -30,9 +30,10 @@ from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.loop import NodeController, attempt_timeout
 from gpuledger.controller.meta_publisher import NodeMetaPublisher
 from gpuledger.controller.node import configured_node
-from gpuledger.controller.nomad_watch import NomadWatch
+from gpuledger.controller.nomad_watch import NomadWatch, allocations_watch
 from gpuledger.controller.sources import SourceConfig, Sources
 from gpuledger.errors import ExitCode, UsageError
+from gpuledger.model import Allocation
 from gpuledger.model.history_record import GAP_INTERVALS
 from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.redact import CommandMode
@@ -123,16 +124,16 @@ def serve(config: SourceConfig, policy: Policy, options: ServeOptions, out: Text
         watch.on_change = controller.nomad_changed
     app = App(lambda: controller.snapshot, clock.now, watch=watch, counts=counts)
     server = bind(app, options.listen, options.web_config)
-    signal.signal(signal.SIGTERM, lambda *_: controller.stop())
-    signal.signal(signal.SIGINT, lambda *_: controller.stop())
-    signal.signal(signal.SIGHUP, lambda *_: controller.request_reload())
     threading.Thread(target=server.run, name="http", daemon=True).start()
-    for url in server.urls:
-        out.write(f"gpuledger serve: listening on {url}\n")
-    out.flush()
-    if publisher:
-        publisher.start()
-    controller.run()
+
+    def started() -> None:
+        for url in server.urls:
+            out.write(f"gpuledger serve: listening on {url}\n")
+        out.flush()
+        if publisher:
+            publisher.start()
+
+    controller.run(started, signals=True)
     if watch is not None:
         watch.stop()
     if publisher:
@@ -173,27 +174,26 @@ def read_mode(options: ServeOptions, owner_keys: tuple[str, ...] = DEFAULT_OWNER
 
 def _watch(
     config: SourceConfig, options: ServeOptions, timeout: float, clock: Clock, counts: RequestCounts
-) -> NomadWatch | None:
+) -> NomadWatch[tuple[Allocation, ...]] | None:
     """The watch on the node's allocations, with a session of its own; none without Nomad.
     Each query waits half of ``--nomad-resync`` (Nomad honours at most 5 minutes)."""
     if config.nomad is None:
         return None
     settings = replace(config.nomad, timeout=timeout)
     mode = config.nomad_mode
-    return NomadWatch(
+    return allocations_watch(
         lambda: NomadReader(settings, mode, counts),
         clock,
         interval_s=options.interval.total_seconds(),
-        wait_s=options.watch.resync.total_seconds() / 2,
-        attempt_s=timeout,
-        resync_s=options.watch.resync.total_seconds(),
+        resync=options.watch.resync,
+        timeout_s=timeout,
     )
 
 
 def _sources(
     config: SourceConfig,
     timeout: float,
-    watch: NomadWatch | None,
+    watch: NomadWatch[tuple[Allocation, ...]] | None,
     counts: RequestCounts,
     clock: Clock,
 ) -> Sources:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -29,6 +28,7 @@ from gpuledger.collectors.client_tls import TlsSettings
 from gpuledger.collectors.ledgers import LedgerAnswer, LedgerReader
 from gpuledger.controller.actor import Actor
 from gpuledger.controller.clock import Clock, SystemClock
+from gpuledger.controller.loop_shell import LoopEvents, LoopShell
 from gpuledger.core.fleet_bounds import merge_targets
 from gpuledger.core.fleet_join import (
     Discovery,
@@ -41,7 +41,6 @@ from gpuledger.core.fleet_join import (
 from gpuledger.core.fleet_shard import Shard
 from gpuledger.errors import (
     ContractError,
-    PolicyError,
     SchemaMismatchError,
     SourceError,
     SourceName,
@@ -59,9 +58,8 @@ from gpuledger.model.fleet_values import (
     Target,
 )
 from gpuledger.model.history_record import GAP_INTERVALS
-from gpuledger.model.snapshots import FleetSnapshot, FleetWatchStats
+from gpuledger.model.snapshots import FleetSnapshot, WatchStats
 from gpuledger.model.text import excerpt, is_text, text_of
-from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
 
 log = structlog.get_logger("gpuledger.fleet")
@@ -70,6 +68,9 @@ SWEEP_SHARE = 0.8
 """The share of the interval the controllers' reads may take, all together."""
 MAX_INTERVAL_S = 7 * 86400.0
 """The longest interval a controller may say it ticks at (``X-Gpuledger-Interval``): a week."""
+EVENTS = LoopEvents(
+    crashed="fleet.sweep_crashed", stopped="fleet.stopped", overran="fleet.sweep_overran"
+)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class DiscoverySource:
     read: Callable[[], tuple[Target, ...]]
 
 
-def _no_watches() -> tuple[FleetWatchStats, ...]:
+def _no_watches() -> tuple[WatchStats, ...]:
     return ()
 
 
@@ -98,8 +99,8 @@ class FleetConfig:
     stale_after: timedelta = timedelta(minutes=2)
     """The age of a last tick that makes a controller stale when it does not say its interval."""
     shard: Shard | None = None
-    watches: Callable[[], tuple[FleetWatchStats, ...]] = _no_watches
-    """The watches on Nomad as they stand (``fleet serve``; ``controller/fleet_watch.py``)."""
+    watches: Callable[[], tuple[WatchStats, ...]] = _no_watches
+    """The watches on Nomad as they stand (``fleet serve``; ``controller/nomad_watch.py``)."""
 
 
 @dataclass(frozen=True)
@@ -131,11 +132,14 @@ class FleetController:
         clock: Clock | None = None,
         actor: Actor | None = None,
     ) -> None:
-        self.config, self.policy, self.interval = config, policy, interval
+        self.config, self.interval = config, interval
         self.actor = actor
         """Plans the policy's actions after each sweep, and acts with ``--act apply``."""
         self.policy_path = policy_path
         self.clock: Clock = clock or SystemClock()
+        period = (interval or timedelta(seconds=30)).total_seconds()
+        self.shell = LoopShell(policy, period, self.clock, EVENTS, policy_path=policy_path)
+        """Start, stop, reload on SIGHUP, the crash guard and ``policy-invalid``."""
         self.snapshot: FleetSnapshot | None = None
         self._kept: dict[str, _Kept] = {}
         self._node_ids: dict[str, str] = {}
@@ -146,9 +150,6 @@ class FleetController:
         self._failing: dict[SourceName, str] = {}
         self.node_errors = 0
         """How many answers of a node the fleet failed on unforeseen (``fleet.node_failed``)."""
-        # Bound to the loop that first waits on them (asyncio since 3.10), the one run() starts.
-        self._stop, self._wake = asyncio.Event(), asyncio.Event()
-        self._reload = False
 
     # ---------------------------------------------------------------- one sweep
 
@@ -170,7 +171,9 @@ class FleetController:
         reads = await reader.read_all(asks, deadline, lambda a: self._guarded(a, by_url[a.url], at))
         desired = await nodes
         self._forget(set(by_url))
-        fleet = reconcile_fleet(at, self.policy, desired, discovery, reads, self.config.shard)
+        fleet = reconcile_fleet(
+            at, self.policy, desired, discovery, reads, self.config.shard, self.shell.findings("")
+        )
         if self._opened is not None:
             fleet, self._opened = date_findings(fleet, self._opened)
         acting = await self._act(fleet)
@@ -379,74 +382,49 @@ class FleetController:
 
     # ---------------------------------------------------------------- the loop
 
+    @property
+    def policy(self) -> Policy:
+        """The policy in force: the last that loaded (``LoopShell``)."""
+        return self.shell.policy
+
     def stop(self) -> None:
         """End ``run`` after the sweep in progress (SIGTERM, SIGINT)."""
-        self._stop.set()
+        self.shell.stop()
 
     def request_reload(self) -> None:
         """Reload the policy before the next sweep, and sweep now (SIGHUP)."""
-        self._reload = True
-        self.stop_waiting()
-
-    def stop_waiting(self) -> None:
-        """Cut the wait for the next sweep short."""
-        self._wake.set()
-
-    def run(self, started: Callable[[], None] = lambda: None) -> None:
-        """Sweep every interval until ``stop``; ``started`` is called once the loop runs."""
-        asyncio.run(self._run(started))
-
-    async def _run(self, started: Callable[[], None]) -> None:
-        loop = asyncio.get_running_loop()
-        for sig, handler in ((signal.SIGTERM, self.stop), (signal.SIGINT, self.stop),
-                             (signal.SIGHUP, self.request_reload)):  # fmt: skip
-            loop.add_signal_handler(sig, handler)
-        started()
-        period = (self.interval or timedelta(seconds=30)).total_seconds()
-        config = self.config
-        async with LedgerReader(config.tls, config.concurrency, config.timeout) as reader:
-            while not self._stop.is_set():
-                took = await self._safe_sweep(reader)
-                if took >= period:
-                    log.warning("fleet.sweep_overran", duration_s=round(took, 3), interval_s=period)
-                    continue  # the next starts at once rather than piling up
-                await self._wait(period - took)
-        log.info("fleet.stopped")
-
-    async def _safe_sweep(self, reader: LedgerReader) -> float:
-        """One sweep (after a reload asked for); a bug is logged, the loop goes on. Seconds."""
-        began = self.clock.monotonic()
-        if self._reload:
-            self._reload = False
-            self.reload_policy()
-        try:
-            await self.sweep(reader)
-        except Exception as exc:  # the loop must outlive a bug
-            log.exception("fleet.sweep_crashed", error=text_of(repr(exc)))
-        return self.clock.monotonic() - began
-
-    async def _wait(self, seconds: float) -> None:
-        """Until the next sweep is due, or a signal comes."""
-        self._wake.clear()
-        waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._wake)]
-        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        for waiting in waits:
-            waiting.cancel()
+        self.shell.request_reload()
 
     def reload_policy(self) -> None:
-        """Load the policy file again; a bad one keeps the last good one (logged)."""
-        if self.policy_path is None:
-            return
-        try:
-            policy = load_policy(self.policy_path)
-        except PolicyError as exc:
-            log.error(  # noqa: TRY400 - a user's mistake, not a bug: no traceback
-                "policy.reload_failed", policy=str(self.policy_path), problems=exc.problems
-            )
-            return
-        self.policy = policy
+        """Load the policy file again; a bad one keeps the last good one and raises
+        ``policy-invalid`` until a good one loads."""
+        if self.shell.reload_policy():
+            self._reloaded()
+
+    def _reloaded(self) -> None:
         self._kept.clear()  # every ledger is judged again under the new policy
-        log.info("policy.reloaded", policy=str(self.policy_path))
+
+    def run(self, started: Callable[[], None] = lambda: None, *, signals: bool = False) -> None:
+        """Sweep every interval until ``stop`` (``LoopShell.run``, SIGTERM, SIGINT and SIGHUP
+        taken with ``signals``); ``started`` is called once the loop runs. The sweeps run on
+        one event loop, which keeps the controllers' connections between them."""
+        loop = asyncio.new_event_loop()
+        try:
+            reader = LedgerReader(self.config.tls, self.config.concurrency, self.config.timeout)
+            loop.run_until_complete(reader.__aenter__())
+            try:
+                self.shell.run(
+                    lambda: loop.run_until_complete(self.sweep(reader)),
+                    started=started,
+                    reloaded=self._reloaded,
+                    signals=signals,
+                )
+            finally:
+                loop.run_until_complete(reader.__aexit__(None, None, None))
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+            loop.close()
 
 
 def _http_error(answer: LedgerAnswer) -> str:

@@ -3,16 +3,18 @@
 Each tick reads every source (each read in a bounded retry whose budget, timeouts included,
 stays below the interval), joins, counts the tick into the history, judges, writes the history
 file and publishes one immutable ``Snapshot`` by swapping a single attribute: the HTTP server
-only ever reads that attribute, never a source. Then it sleeps ``interval - elapsed``, or less
-when Nomad's watch says the allocations changed (``nomad_changed``): that reconcile runs at once,
-at most one a second after the last began (``CHANGE_SPACING_S``), and the rate goes on from it.
+only ever reads that attribute, never a source. The loop around the ticks is the shell both
+controllers share (``controller/loop_shell.py``): it sleeps ``interval - elapsed``, or less when
+Nomad's watch says the allocations changed (``nomad_changed``): that reconcile runs at once, at
+most one a second after the last began (``HURRY_SPACING_S``), and the rate goes on from it; it
+reloads the policy on SIGHUP, raising ``policy-invalid`` while the file fails to load, and
+outlives a tick that crashes.
 
 A clock is passed in, so tests of idle time and of the rate run on fake time.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -25,6 +27,7 @@ from tenacity.stop import stop_base
 
 from gpuledger.controller import history_file
 from gpuledger.controller.clock import Clock, SystemClock
+from gpuledger.controller.loop_shell import LoopEvents, LoopShell
 from gpuledger.controller.node import identify
 from gpuledger.controller.sources import Guard
 from gpuledger.core import history as hist
@@ -36,7 +39,7 @@ from gpuledger.model.owners import DEFAULT_OWNER_KEYS
 from gpuledger.model.redact import CommandMode
 from gpuledger.model.snapshots import Snapshot
 from gpuledger.model.text import text_of
-from gpuledger.policy.evaluate import JudgeMemo, policy_invalid
+from gpuledger.policy.evaluate import JudgeMemo
 from gpuledger.policy.load import load_policy
 from gpuledger.policy.rules import Policy
 
@@ -49,10 +52,9 @@ ATTEMPT_SHARE = 0.3
 ATTEMPT_CAP_S = 10.0
 RETRY_WAIT_CAP_S = 0.5
 ATTEMPTS = 3
-CHANGE_SPACING_S = 1.0
 OWNER_WARNED_CAP = 10_000
 """How many jobs' unusable owner meta the log remembers having said (then it starts again)."""
-"""The least time between the starts of two reconciles when a change in Nomad asks for one."""
+EVENTS = LoopEvents(crashed="reconcile.crashed", stopped="controller.stopped")
 
 log = structlog.get_logger("gpuledger.controller")
 
@@ -114,17 +116,17 @@ class NodeController:
         sinks: Sequence[Sink] = (),
         owner_keys: tuple[str, ...] = DEFAULT_OWNER_KEYS,
     ) -> None:
-        self.sources, self.policy, self.node, self.interval = sources, policy, node, interval
+        self.sources, self.node, self.interval = sources, node, interval
         self.sinks = tuple(sinks)
         self.policy_path, self.history_path = policy_path, history_path
         self.clock: Clock = clock or SystemClock()
+        self.shell = LoopShell(
+            policy, interval.total_seconds(), self.clock, EVENTS, policy_path=policy_path, load=load
+        )
+        """Start, stop, reload on SIGHUP, the crash guard and ``policy-invalid``."""
         self.commands: CommandMode = commands
-        self._load = load
         self.attempt_s = attempt_timeout(interval) if attempt_s is None else attempt_s
-        self.policy_error: PolicyError | None = None
         self.snapshot: Snapshot | None = None
-        self._stop, self._reload, self._wake, self._changed = (threading.Event() for _ in range(4))
-        self._last_start: float | None = None
         self._failing: dict[SourceName, str] = {}
         self._history_failing = False
         self.owner_keys = owner_keys
@@ -134,68 +136,46 @@ class NodeController:
         self.judge_memo = JudgeMemo()
         self.history = self._open_history()
 
-    # ------------------------------------------------------------------ signals
+    # ------------------------------------------------------------------ the shell
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force: the last that loaded (``LoopShell``)."""
+        return self.shell.policy
+
+    @property
+    def policy_error(self) -> PolicyError | None:
+        """Why the policy file on disk fails to load, raising ``policy-invalid``."""
+        return self.shell.policy_error
 
     def stop(self) -> None:
         """End ``run`` after the tick in progress (SIGTERM, SIGINT)."""
-        self._stop.set()
-        self._wake.set()
+        self.shell.stop()
 
     def request_reload(self) -> None:
         """Reload the policy before the next tick, and run that tick now (SIGHUP)."""
-        self._reload.set()
-        self._wake.set()
+        self.shell.request_reload()
 
     def nomad_changed(self) -> None:
         """Nomad's allocations changed (the watch): reconcile now, at most once a second."""
-        self._changed.set()
-        self._wake.set()
+        self.shell.hurry()
 
-    # ------------------------------------------------------------------ the loop
+    def reload_policy(self) -> None:
+        """Load the policy file again; a bad one keeps the last good one and is a finding."""
+        self.shell.reload_policy()
 
-    def run(self) -> None:
-        """Tick at a fixed rate until ``stop``; then write the history once more."""
-        while not self._stop.is_set():
-            self._wait_for_next()
-            if self._stop.is_set():
-                break
-            if self._reload.is_set():
-                self._reload.clear()
-                self.reload_policy()
-            self.safe_tick()
-        self._save()
-        log.info("controller.stopped")
-
-    def _wait_for_next(self) -> None:
-        """Sleep ``interval - elapsed`` since the last tick began; a signal cuts it short, and a
-        change in Nomad to ``CHANGE_SPACING_S`` after it began."""
-        if self._last_start is not None:
-            while not (self._stop.is_set() or self._reload.is_set()):
-                changed = self._changed.is_set()
-                spacing = self.interval.total_seconds()
-                spacing = min(spacing, CHANGE_SPACING_S) if changed else spacing
-                delay = self._last_start + spacing - self.clock.monotonic()
-                if delay <= 0:
-                    break
-                # A signal or a change before or during the sleep ends it; one that comes
-                # after it ended has its event cleared here, but is seen at the next turn.
-                self.clock.sleep(delay, self._wake)
-                self._wake.clear()
-        self._changed.clear()  # the tick that follows reads the change
+    def run(self, started: Callable[[], None] = lambda: None, *, signals: bool = False) -> None:
+        """Tick at a fixed rate until ``stop`` (``LoopShell.run``); then write the history
+        once more."""
+        self.shell.run(self.tick, started=started, finished=self._save, signals=signals)
 
     def safe_tick(self) -> Snapshot | None:
         """``tick``, logging instead of dying if a bug escapes: the loop must outlive it."""
-        try:
-            return self.tick()
-        except Exception as exc:
-            self._last_start = self.clock.monotonic()
-            log.exception("reconcile.crashed", error=repr(exc))
-            return None
+        return self.shell.guarded(self.tick)
 
     def tick(self) -> Snapshot:
         """One reconcile: read, join, count, judge, save, publish."""
         started = self.clock.monotonic()
-        self._last_start = started
         at = self.clock.now()
         desired, observed = self.sources.read(self._guard(started))
         self._log_owner_problems(desired.view)
@@ -260,42 +240,9 @@ class NodeController:
 
     # ------------------------------------------------------------------ the policy
 
-    def reload_policy(self) -> None:
-        """Load the policy file again; a bad one keeps the last good one and is a finding."""
-        if self.policy_path is None:
-            log.info("policy.reloaded", policy="<built-in>")
-            return
-        try:
-            policy = self._load(self.policy_path)
-        except PolicyError as exc:
-            self._reload_failed(exc)
-            return
-        except Exception as exc:
-            # A policy the checks let through and that still breaks loading is a bug of ours;
-            # the loop must outlive it, keep the last good policy and say so all the same.
-            log.exception("policy.reload_crashed", policy=str(self.policy_path))
-            why = f"{self.policy_path}: cannot load the policy ({type(exc).__name__})"
-            self._reload_failed(PolicyError(str(self.policy_path), [why]))
-            return
-        self.policy, self.policy_error = policy, None
-        log.info("policy.reloaded", policy=str(self.policy_path))
-
-    def _reload_failed(self, exc: PolicyError) -> None:
-        """Keep the last good policy, and raise ``policy-invalid`` until a good one loads."""
-        self.policy_error = exc
-        log.error(
-            "policy.reload_failed",
-            policy=str(self.policy_path),
-            problems=exc.problems or [str(exc)],
-            kept=self.policy.source,
-        )
-
     def _policy_findings(self, node: NodeInfo) -> tuple[Finding, ...]:
         """``policy-invalid`` while the file on disk fails to load."""
-        if self.policy_error is None:
-            return ()
-        found = policy_invalid(self.policy_error, self.policy, node.name)
-        return (found,) if found else ()
+        return self.shell.findings(node.name)
 
     def _sink_findings(self, node: NodeInfo) -> tuple[Finding, ...]:
         return tuple(f for sink in self.sinks for f in sink.findings(self.policy, node.name))

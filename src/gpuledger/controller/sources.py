@@ -57,7 +57,7 @@ _NVML_KEPT = 1024
 class Watch(Protocol):
     """The watch on the node's allocations (``controller.nomad_watch.NomadWatch``)."""
 
-    def view(self, node_id: str) -> tuple[Allocation, ...] | None:
+    def view_for(self, node_id: str) -> tuple[Allocation, ...] | None:
         """The allocations while the watch is healthy, else ``None``."""
         ...
 
@@ -292,7 +292,7 @@ class Sources:
         claimed = {p.owner.alloc_id for p in procs.values() if p.owner.alloc_id}
         claimed |= {a for a, _, _ in map(alloc_of, containers.values()) if a}
         reader, watch = self.nomad, self.watch
-        watched = watch.view if watch is not None else None
+        watched = watch.view_for if watch is not None else None
         statuses: dict[SourceName, SourceStatus] = {}
         view = _attempt(
             SourceName.NOMAD,

@@ -559,16 +559,18 @@ def reconcile_fleet(
     discovery: Discovery,
     reads: Sequence[ControllerRead],
     shard: Shard | None = None,
+    own: Sequence[Finding] = (),
 ) -> Fleet:
     """The fleet ledger of one sweep: a row per Nomad GPU node and per controller read, the
-    jobs, and every finding (the fleet's own and each node's, judged by the fleet's policy)."""
+    jobs, and every finding (the fleet's own and each node's, judged by the fleet's policy);
+    ``own``: the fleet's findings about itself (``policy-invalid``)."""
     work = _Reconcile(policy, desired, discovery)
     rows = [r for r in work.rows(reads) if shard is None or shard.keeps(r.key)]
     rows.sort(key=lambda r: (r.name, r.url or ""))
     sources = {discovery.name: discovery.status}
     if desired.status.enabled:
         sources[SourceName.NOMAD] = desired.status
-    findings = [*work.source_findings(), *(f for r in rows for f in r.findings())]
+    findings = [*own, *work.source_findings(), *(f for r in rows for f in r.findings())]
     findings.sort(key=lambda f: (-f.level, f.node, f.gpu or "", f.code.value, f.owner))
     return Fleet(
         at=at,

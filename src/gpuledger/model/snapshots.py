@@ -47,11 +47,14 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class FleetWatchStats:
-    """One of the fleet's watches on Nomad (the node list, service discovery), as of a sweep."""
+class WatchStats:
+    """One watch on Nomad as ``/metrics`` shows it: the node's on its allocations
+    (``serve``), or one of the fleet's on the node list and service discovery (``fleet serve``,
+    as of a sweep)."""
 
-    endpoint: str
-    """``/v1/nodes`` or ``/v1/service/<name>``: the ``endpoint`` label of its metrics."""
+    endpoint: str | None
+    """The fleet's ``/v1/nodes`` or ``/v1/service/<name>``: the ``endpoint`` label of its
+    metrics; ``None`` for the node's one watch, whose metrics have no label."""
     index: int
     """The ``X-Nomad-Index`` it asks next (0: a plain read)."""
     watching: bool
@@ -59,8 +62,10 @@ class FleetWatchStats:
     view_age_s: float | None
     """Seconds since its last good answer; ``None`` before the first."""
     restarts: int
-    requests: int
-    response_bytes: int
+    requests: int = 0
+    """Answers the watch received (the fleet's; the node counts all its reads of Nomad by
+    endpoint, ``RequestCounts``)."""
+    response_bytes: int = 0
     paced: int = 0
     """Answers after which the pace held its next request (``nomad_blocking.Pacer``)."""
 
@@ -75,7 +80,7 @@ class FleetSnapshot:
     node_errors: int = 0
     """How many node answers the fleet has failed on unforeseen since it started (each cost
     that node only): ``gpuledger_fleet_node_errors_total``."""
-    watches: tuple[FleetWatchStats, ...] = ()
+    watches: tuple[WatchStats, ...] = ()
     """The watches on Nomad (``fleet serve``), as the sweep began."""
     acting: ActingStatus | None = None
     """The actor's plan and acts of this sweep; ``None``: no actions configured."""

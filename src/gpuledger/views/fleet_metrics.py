@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpuledger.model import Code, GpuState, Level
 from gpuledger.model.fleet_values import Fleet, NodeStatus
-from gpuledger.model.snapshots import FleetSnapshot, FleetWatchStats
+from gpuledger.model.snapshots import FleetSnapshot, WatchStats
 from gpuledger.model.text import text_of
 from gpuledger.views.act_metrics import acting_families
 from gpuledger.views.metrics import JOB_LABELS, build_family, exposition, finding_labels
@@ -190,10 +190,12 @@ def _sweep_families(snap: FleetSnapshot) -> Iterator[Metric]:
     )
 
 
-def _watch_families(watches: tuple[FleetWatchStats, ...]) -> Iterator[Metric]:
+def _watch_families(watches: tuple[WatchStats, ...]) -> Iterator[Metric]:
     """What each watch on Nomad stands at, and what reading Nomad has cost it."""
-    yield from watch_families((([text_of(w.endpoint)], w) for w in watches), ["endpoint"])
-    yield from cost_families((text_of(w.endpoint), w.requests, w.response_bytes) for w in watches)
+    yield from watch_families(watches)
+    yield from cost_families(
+        (text_of(w.endpoint or ""), w.requests, w.response_bytes) for w in watches
+    )
 
 
 def render(snapshot: FleetSnapshot | None, accept: str) -> tuple[bytes, str]:

@@ -11,8 +11,8 @@ Health: ``views/health_metrics.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -27,7 +27,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpuledger import __version__
 from gpuledger.model import Code, Finding, GpuState, Ledger, LedgerGpu, LedgerUnit, Level
-from gpuledger.model.snapshots import Snapshot
+from gpuledger.model.snapshots import Snapshot, WatchStats
 from gpuledger.views.health_metrics import health_families
 from gpuledger.views.owner_metrics import (
     JobOwners,
@@ -36,9 +36,6 @@ from gpuledger.views.owner_metrics import (
     owner_values,
 )
 from gpuledger.views.watch_metrics import cost_families, watch_families
-
-if TYPE_CHECKING:
-    from gpuledger.controller.nomad_watch import WatchStats
 
 MIB = 1024 * 1024
 STATES = tuple(GpuState)
@@ -51,8 +48,14 @@ _INSTANCE_LABELS = ["uuid", "parent", "profile"]
 class SnapshotCollector:
     """A ``prometheus_client`` collector over one snapshot (or none yet), and the watch."""
 
-    def __init__(self, snapshot: Snapshot | None, watch: WatchStats | None = None) -> None:
-        self.snapshot, self.watch = snapshot, watch
+    def __init__(
+        self,
+        snapshot: Snapshot | None,
+        watch: WatchStats | None = None,
+        costs: Mapping[str, tuple[int, int]] | None = None,
+    ) -> None:
+        """``costs``: what reading Nomad has cost, requests and body bytes by endpoint."""
+        self.snapshot, self.watch, self.costs = snapshot, watch, costs or {}
 
     def describe(self) -> list[Metric]:
         """Nothing: the families depend on the snapshot, so registration does not collect."""
@@ -70,15 +73,11 @@ class SnapshotCollector:
             yield _finding_open_family(self.snapshot.ledger, self.snapshot.owner_keys)
             yield from health_families(self.snapshot.ledger)
         if self.watch is not None:
-            yield from _node_watch_families(self.watch)
-
-
-def _node_watch_families(stats: WatchStats) -> Iterator[Metric]:
-    """The watch on Nomad's allocations, and what reading Nomad has cost it (the fleet's
-    names, ``views/watch_metrics``, without the ``endpoint`` of a watch: the node has one)."""
-    yield from watch_families([((), stats)], [])
-    counts = sorted(stats.requests.items())
-    yield from cost_families((e, n, stats.response_bytes.get(e, 0)) for e, n in counts)
+            # The fleet's names (``views/watch_metrics``), without the ``endpoint`` of a
+            # watch: the node has one.
+            yield from watch_families([self.watch])
+            costs = sorted(self.costs.items())
+            yield from cost_families((e, n, received) for e, (n, received) in costs)
 
 
 def build_family() -> InfoMetricFamily:
@@ -325,11 +324,14 @@ def _node_families(snap: Snapshot) -> Iterator[Metric]:
 
 
 def render(
-    snapshot: Snapshot | None, accept: str, watch: WatchStats | None = None
+    snapshot: Snapshot | None,
+    accept: str,
+    watch: WatchStats | None = None,
+    costs: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[bytes, str]:
-    """The exposition of ``snapshot`` (and the watch) in the format ``accept`` asks for, and its
-    content type."""
-    return exposition(SnapshotCollector(snapshot, watch), accept)
+    """The exposition of ``snapshot`` (and the watch, and what reading Nomad has cost) in the
+    format ``accept`` asks for, and its content type."""
+    return exposition(SnapshotCollector(snapshot, watch, costs), accept)
 
 
 JOB_LABELS = ["uuid", "namespace", "nomad_job", "task"]

@@ -8,47 +8,18 @@ has no label; each of the fleet's has the ``endpoint`` it watches. What reading 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-__all__ = ["WatchFigures", "cost_families", "watch_families"]
+from gpuledger.model.snapshots import WatchStats
+from gpuledger.model.text import text_of
+
+__all__ = ["cost_families", "watch_families"]
 
 
-class WatchFigures(Protocol):
-    """What a watch says of itself (``NomadWatch.stats()``, ``FleetWatchStats``)."""
-
-    @property
-    def index(self) -> int:
-        """The ``X-Nomad-Index`` asked next (0: a plain read)."""
-        ...
-
-    @property
-    def watching(self) -> bool:
-        """Blocking queries work."""
-        ...
-
-    @property
-    def view_age_s(self) -> float | None:
-        """Seconds since the last good answer; ``None`` before the first."""
-        ...
-
-    @property
-    def restarts(self) -> int:
-        """Times its thread died and was started again."""
-        ...
-
-    @property
-    def paced(self) -> int:
-        """Answers after which the pace held the next request."""
-        ...
-
-
-def watch_families(
-    watches: Iterable[tuple[Sequence[str], WatchFigures]], labels: Sequence[str]
-) -> Iterator[Metric]:
-    """Each watch's figures, its ``labels`` (names) given their values with it."""
-    names = list(labels)
+def watch_families(watches: Sequence[WatchStats]) -> Iterator[Metric]:
+    """Each watch's figures: the fleet's by ``endpoint``, the node's one watch without a label."""
+    names = ["endpoint"] if any(w.endpoint is not None for w in watches) else []
     index = GaugeMetricFamily(
         "gpuledger_nomad_watch_index",
         "The X-Nomad-Index the watch asks next (0: a plain read).",
@@ -75,8 +46,8 @@ def watch_families(
         "pace (two at once, then one a second).",
         labels=names,
     )
-    for values, w in watches:
-        label = list(values)
+    for w in watches:
+        label = [text_of(w.endpoint)] if names and w.endpoint is not None else []
         index.add_metric(label, float(w.index))
         watching.add_metric(label, 1.0 if w.watching else 0.0)
         if w.view_age_s is not None:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import parse_qs
 
-from gpuledger.model import Ledger
+from gpuledger.model import Allocation, Ledger
 from gpuledger.model.contract import (
     INTERVAL_HEADER,
     TICK_HEADER,
@@ -239,7 +239,7 @@ class App(WsgiApp[Snapshot]):
         snapshot: Callable[[], Snapshot | None],
         now: Callable[[], datetime],
         *,
-        watch: NomadWatch | None = None,
+        watch: NomadWatch[tuple[Allocation, ...]] | None = None,
         counts: RequestCounts | None = None,
     ) -> None:
         self.snapshot, self.now = snapshot, now
@@ -284,11 +284,12 @@ class App(WsgiApp[Snapshot]):
         rendered at each scrape (its figures move between ticks)."""
         if self.watch is None:
             return metrics_answer(self.cache, snap, environ, metrics.render)
-        stats = self.watch.stats()
+        costs = None
         if self.counts is not None:
-            requests, body = self.counts.snapshot()
-            stats = replace(stats, requests=requests, response_bytes=body)
-        body_, content_type = metrics.render(snap, environ.get("HTTP_ACCEPT", ""), stats)
+            requests, received = self.counts.snapshot()
+            costs = {e: (n, received.get(e, 0)) for e, n in requests.items()}
+        accept = environ.get("HTTP_ACCEPT", "")
+        body_, content_type = metrics.render(snap, accept, self.watch.stats(), costs)
         return Answer("200 OK", body_, content_type)
 
     def _json(
