@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpuledger.cli import main
-from gpuledger.commands import fleet
+from gpuledger.commands import fleet, fleet_serve
 from gpuledger.errors import ExitCode
 
 
@@ -20,7 +20,7 @@ def served(monkeypatch: pytest.MonkeyPatch, *flags: str) -> Any:
         seen.append(serving)
         return ExitCode.OK
 
-    monkeypatch.setattr(fleet, "serve_command", serve_command)
+    monkeypatch.setattr(fleet_serve, "serve_command", serve_command)
     assert main(["fleet", "serve", "--targets", "http://127.0.0.1:1", *flags]) == ExitCode.OK
     return seen[0].watch
 

@@ -90,7 +90,7 @@ def _check(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from gpuledger.commands.fleet import (  # noqa: PLC0415 - only to run
+    from gpuledger.commands.fleet_serve import (  # noqa: PLC0415 - only to run
         ServeFleet,
         serve_command,
     )
@@ -102,7 +102,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _plan(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from gpuledger.commands.fleet import plan_command  # noqa: PLC0415 - only to run
+    from gpuledger.commands.fleet_serve import plan_command  # noqa: PLC0415 - only to run
 
     return plan_command(
         flags.fleet_sources_of(args), act_flags_of(args), args.interval, args.json, out
@@ -110,6 +110,6 @@ def _plan(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _audit(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from gpuledger.commands.fleet_act import fleet_audit  # noqa: PLC0415 - only to run
+    from gpuledger.commands.fleet_serve import fleet_audit  # noqa: PLC0415 - only to run
 
     return fleet_audit(args.audit_file, args.since, args.json, out)

@@ -8,8 +8,8 @@ a command line, and every command returns an ``ExitCode``:
 - ``secret_files``: a warning for a token, password or key file others can read
 - ``ledger_once``: ``ls`` and ``check``, one tick without a loop
 - ``serve``: the node controller, its loop and its HTTP server
-- ``fleet``: the fleet controller: ``fleet ls``, ``check`` and ``serve``
-- ``fleet_act``: the fleet's actor from the command line: ``--act``, ``fleet plan``, ``fleet audit``
+- ``fleet``: the fleet controller swept once: ``fleet ls`` and ``check``, and the sources
+- ``fleet_serve``: ``fleet serve`` and its actor (``--act``), ``fleet plan``, ``fleet audit``
 - ``report``: GPU-hours and waste per job, read back from Prometheus
 - ``report_mail``: each owner's page by mail: planned purely, sent once by SMTP
 - ``report_owners``: ``report --by owner``'s notes, its page per owner (``--split``) and mails

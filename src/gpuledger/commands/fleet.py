@@ -1,10 +1,9 @@
-"""``gpuledger fleet ls | check | serve``: the fleet controller, one level above the nodes.
+"""``gpuledger fleet ls | check``: the fleet controller, one level above the nodes, swept once;
+and what ``fleet serve`` and ``fleet plan`` (``fleet_serve.py``) build on: the sources the flags
+name, the fleet's config and its watches of Nomad.
 
 ClusterDesired: Nomad's nodes with GPUs. Observed: the node controllers found by ``--targets``,
-Consul's health API or Nomad's service discovery, each read at its ``/ledger``. ``ls`` and
-``check`` sweep once; ``serve`` sweeps every ``--interval`` (in the main thread's asyncio loop)
-and serves ``/fleet``, ``/findings``, ``/metrics`` and ``/healthz`` beside it. SIGTERM and
-SIGINT end it after the sweep in progress; SIGHUP reloads the policy.
+Consul's health API or Nomad's service discovery, each read at its ``/ledger``.
 """
 
 from __future__ import annotations
@@ -15,11 +14,9 @@ import json
 import logging
 import os
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
@@ -37,7 +34,6 @@ from gpuledger.collectors.nomad_cluster import NomadCluster
 from gpuledger.commands.logs import configure_logging
 from gpuledger.commands.node_sources import nomad_env_settings, policy_file
 from gpuledger.commands.options import (
-    ActFlags,
     ConsulFlags,
     DiscoveryFlags,
     FleetFlags,
@@ -45,7 +41,7 @@ from gpuledger.commands.options import (
     TlsFlags,
 )
 from gpuledger.commands.secret_files import warn_if_others_read
-from gpuledger.controller.clock import Clock, SystemClock
+from gpuledger.controller.clock import Clock
 from gpuledger.controller.fleet_loop import DiscoverySource, FleetConfig, FleetController
 from gpuledger.controller.nomad_watch import Bodies, NomadWatch, WatchSettings
 from gpuledger.core.fleet_shard import Shard
@@ -55,8 +51,6 @@ from gpuledger.model.contract import fleet_doc, fleet_findings_doc
 from gpuledger.model.fleet_values import ClusterNode, Fleet, Target
 from gpuledger.policy.rules import Policy
 from gpuledger.views.fleet_table import render_fleet, render_fleet_findings
-from gpuledger.web.fleet_app import FleetApp
-from gpuledger.web.server import bind
 
 
 @dataclass(frozen=True)
@@ -226,57 +220,6 @@ def fleet_check(
     return ExitCode.FOUND if any(f.level >= level for f in fleet.findings) else ExitCode.OK
 
 
-@dataclass(frozen=True)
-class ServeFleet:
-    """What ``fleet serve`` is told besides its sources and policy."""
-
-    listen: str = ":9878"
-    interval: timedelta = timedelta(seconds=30)
-    policy_path: Path | None = None
-    web_config: Path | None = None
-    """``--web-config``: HTTPS and basic auth, as ``serve`` takes them."""
-    watch: WatchNomad = field(default_factory=WatchNomad)
-    act: ActFlags = field(default_factory=ActFlags)
-    """``--act``, the audit file and the actor lock (``commands/fleet_act.py``)."""
-
-
-def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: TextIO) -> ExitCode:
-    """Run the fleet controller until SIGTERM; ``OK`` when it stopped as asked."""
-    from gpuledger.commands.fleet_act import act_mode, make_actor  # noqa: PLC0415 - a cycle
-
-    clock = SystemClock()
-    mode = act_mode(serve.act, policy)
-    actor = make_actor(serve.act, options, policy, serve.interval, clock, mode)
-    config, watches = watched_config(options, serve.interval, serve.watch, clock)
-    configure_logging(sys.stderr)
-    controller = FleetController(
-        config, policy, interval=serve.interval, policy_path=serve.policy_path, clock=clock,
-        actor=actor,
-    )  # fmt: skip
-    app = FleetApp(lambda: controller.snapshot, clock.now)
-    server = bind(app, serve.listen, serve.web_config)
-    threading.Thread(target=server.run, name="http", daemon=True).start()
-
-    def started() -> None:
-        for url in server.urls:
-            out.write(f"gpuledger fleet serve: listening on {url}\n")
-        out.flush()
-
-    for watch in watches:
-        watch.start()
-    keeper = actor.keeper if actor is not None else None
-    if keeper is not None:
-        keeper.start()
-    try:
-        controller.run(started, signals=True)
-    finally:
-        if keeper is not None:
-            keeper.stop()
-        for watch in watches:
-            watch.stop()
-    return ExitCode.OK
-
-
 # --------------------------------------------------------------------------- the flags
 
 
@@ -290,22 +233,6 @@ def check_command(flags: FleetFlags, as_json: bool, exit_on: Level | None, out: 
     """``gpuledger fleet check``: as ``ls``, its findings printed and judged."""
     policy = policy_file(flags.policy)
     return fleet_check(fleet_options(flags), policy, out, as_json, exit_on)
-
-
-def serve_command(flags: FleetFlags, serve: ServeFleet, out: TextIO) -> ExitCode:
-    """``gpuledger fleet serve``: as ``ls``, then the fleet controller run."""
-    policy = policy_file(flags.policy)
-    return fleet_serve(fleet_options(flags), policy, serve, out)
-
-
-def plan_command(
-    flags: FleetFlags, act: ActFlags, interval: timedelta, as_json: bool, out: TextIO
-) -> ExitCode:
-    """``gpuledger fleet plan``: as ``ls``, then the plan of the policy's actions printed."""
-    from gpuledger.commands.fleet_act import fleet_plan  # noqa: PLC0415 - a cycle
-
-    policy = policy_file(flags.policy)
-    return fleet_plan(fleet_options(flags), policy, act, interval, out, as_json)
 
 
 def fleet_options(flags: FleetFlags) -> FleetOptions:

@@ -1,6 +1,12 @@
-"""Acting on drift from the command line: the actor ``fleet serve --act`` runs, ``gpuledger fleet
-plan`` (one sweep, its plan printed, like ``nomad job plan``: nothing is done) and ``gpuledger
-fleet audit`` (the audit file printed).
+"""``gpuledger fleet serve``, ``fleet plan`` and ``fleet audit``: the fleet controller run
+beside its pages, and acting on drift from the command line — the actor ``fleet serve --act``
+runs, ``fleet plan`` (one sweep, its plan printed, like ``nomad job plan``: nothing is done) and
+``fleet audit`` (the audit file printed). ``fleet.py`` (``ls``, ``check``, the sources) is
+below it; it imports nothing of this module.
+
+``fleet serve`` sweeps every ``--interval`` (in the main thread's asyncio loop) and serves
+``/fleet``, ``/findings``, ``/metrics`` and ``/healthz`` beside it. SIGTERM and SIGINT end it
+after the sweep in progress; SIGHUP reloads the policy.
 
 ``--act`` defaults to ``plan`` when the policy has actions and to ``off`` when it has none;
 ``apply`` is refused, as a usage error, where it could not act safely (no actions, Nomad off) and
@@ -14,6 +20,8 @@ import json
 import os
 import socket
 import sys
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO
@@ -29,8 +37,17 @@ from gpuledger.actuators.actor_lease import (
 from gpuledger.actuators.actor_lock import LOCK_RANGE, ActorLock
 from gpuledger.actuators.audit_log import AuditLog, AuditVariables, read_audit_file
 from gpuledger.collectors.ledgers import BINDING, LedgerReader
-from gpuledger.commands.fleet import FleetOptions, fleet_config, quiet_logging
-from gpuledger.commands.options import ActFlags
+from gpuledger.commands.fleet import (
+    FleetOptions,
+    WatchNomad,
+    fleet_config,
+    fleet_options,
+    quiet_logging,
+    watched_config,
+)
+from gpuledger.commands.logs import configure_logging
+from gpuledger.commands.node_sources import policy_file
+from gpuledger.commands.options import ActFlags, FleetFlags
 from gpuledger.controller.actor import ActConfig, Actor, LockKeeper
 from gpuledger.controller.clock import Clock, SystemClock
 from gpuledger.controller.fleet_loop import FleetController
@@ -40,6 +57,8 @@ from gpuledger.model.actions import ActingStatus, ActMode
 from gpuledger.model.fleet_values import Target
 from gpuledger.policy.actions_load import action_problems
 from gpuledger.policy.rules import Policy
+from gpuledger.web.fleet_app import FleetApp
+from gpuledger.web.server import bind
 
 
 def identity() -> str:
@@ -208,3 +227,69 @@ def fleet_audit(
 
         out.write(render_audit(read.events, read.skipped))
     return ExitCode.OK
+
+
+# --------------------------------------------------------------------------- fleet serve
+
+
+@dataclass(frozen=True)
+class ServeFleet:
+    """What ``fleet serve`` is told besides its sources and policy."""
+
+    listen: str = ":9878"
+    interval: timedelta = timedelta(seconds=30)
+    policy_path: Path | None = None
+    web_config: Path | None = None
+    """``--web-config``: HTTPS and basic auth, as ``serve`` takes them."""
+    watch: WatchNomad = field(default_factory=WatchNomad)
+    act: ActFlags = field(default_factory=ActFlags)
+    """``--act``, the audit file and the actor lock (above)."""
+
+
+def fleet_serve(options: FleetOptions, policy: Policy, serve: ServeFleet, out: TextIO) -> ExitCode:
+    """Run the fleet controller until SIGTERM; ``OK`` when it stopped as asked."""
+    clock = SystemClock()
+    mode = act_mode(serve.act, policy)
+    actor = make_actor(serve.act, options, policy, serve.interval, clock, mode)
+    config, watches = watched_config(options, serve.interval, serve.watch, clock)
+    configure_logging(sys.stderr)
+    controller = FleetController(
+        config, policy, interval=serve.interval, policy_path=serve.policy_path, clock=clock,
+        actor=actor,
+    )  # fmt: skip
+    app = FleetApp(lambda: controller.snapshot, clock.now)
+    server = bind(app, serve.listen, serve.web_config)
+    threading.Thread(target=server.run, name="http", daemon=True).start()
+
+    def started() -> None:
+        for url in server.urls:
+            out.write(f"gpuledger fleet serve: listening on {url}\n")
+        out.flush()
+
+    for watch in watches:
+        watch.start()
+    keeper = actor.keeper if actor is not None else None
+    if keeper is not None:
+        keeper.start()
+    try:
+        controller.run(started, signals=True)
+    finally:
+        if keeper is not None:
+            keeper.stop()
+        for watch in watches:
+            watch.stop()
+    return ExitCode.OK
+
+
+def serve_command(flags: FleetFlags, serve: ServeFleet, out: TextIO) -> ExitCode:
+    """``gpuledger fleet serve``: as ``ls``, then the fleet controller run."""
+    policy = policy_file(flags.policy)
+    return fleet_serve(fleet_options(flags), policy, serve, out)
+
+
+def plan_command(
+    flags: FleetFlags, act: ActFlags, interval: timedelta, as_json: bool, out: TextIO
+) -> ExitCode:
+    """``gpuledger fleet plan``: as ``ls``, then the plan of the policy's actions printed."""
+    policy = policy_file(flags.policy)
+    return fleet_plan(fleet_options(flags), policy, act, interval, out, as_json)
