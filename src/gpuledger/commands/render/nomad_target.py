@@ -30,6 +30,10 @@ SINCE: dict[str, Version] = {
 }
 """The first Nomad release with each feature the jobs use."""
 
+MPL_RELEASES = ("1.6.5", "1.5.12", "1.4.14", "1.3.16", "1.2.16", "1.1.18", "1.0.18")
+"""The newest MPL-2.0 patch of each minor, newest first: the Nomads the real-agent suite runs
+on and the compatibility table lists (later patches and every release from 1.7 are BUSL)."""
+
 OLDEST: Version = (1, 0, 0)
 """The jobs are HCL2 with an input variable, which Nomad reads from 1.0."""
 
