@@ -295,6 +295,7 @@ def _beyond_schema(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         )
     if not fleet["enabled"]:
         return
+    yield from _fleet_update(fleet["update"])
     way = fleet_discovery(values)
     if way == "none":
         yield (
@@ -310,3 +311,24 @@ def _beyond_schema(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         )
     elif way == "targets" and not fleet["targets"]:
         yield ("fleet.targets", "is empty: list the node controllers' URLs for 'targets'")
+
+
+def _fleet_update(update: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Nomad's own rules for an update block, said before ``nomad job run`` says them."""
+    try:
+        least, deadline = (parse_duration(update[k]) for k in ("minHealthyTime", "healthyDeadline"))
+    except ValueError as exc:
+        yield "fleet.update", str(exc)
+        return
+    if deadline.total_seconds() >= 600:
+        yield (
+            "fleet.update.healthyDeadline",
+            f"{update['healthyDeadline']} is not under 10m, the deployment's progress_deadline: "
+            "make it shorter",
+        )
+    elif least >= deadline:
+        yield (
+            "fleet.update.minHealthyTime",
+            f"{update['minHealthyTime']} is not shorter than fleet.update.healthyDeadline "
+            f"({update['healthyDeadline']}): make it shorter",
+        )
