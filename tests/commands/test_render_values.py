@@ -209,7 +209,8 @@ def test_a_missing_file() -> None:
         (["fleet.discovery=targets"], "fleet.targets: is empty"),
         (
             ["fleet.update.healthyDeadline=10m"],
-            "fleet.update.healthyDeadline: 10m is not under 10m, the deployment's progress_deadline",
+            "fleet.update.healthyDeadline: 10m is not shorter than fleet.update.progressDeadline "
+            "(10m)",
         ),
         (
             ["fleet.update.minHealthyTime=30s,fleet.update.healthyDeadline=30s"],

@@ -315,16 +315,17 @@ def _beyond_schema(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 
 def _fleet_update(update: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """Nomad's own rules for an update block, said before ``nomad job run`` says them."""
+    keys = ("minHealthyTime", "healthyDeadline", "progressDeadline")
     try:
-        least, deadline = (parse_duration(update[k]) for k in ("minHealthyTime", "healthyDeadline"))
+        least, deadline, progress = (parse_duration(update[key]) for key in keys)
     except ValueError as exc:
         yield "fleet.update", str(exc)
         return
-    if deadline.total_seconds() >= 600:
+    if progress.total_seconds() and deadline >= progress:
         yield (
             "fleet.update.healthyDeadline",
-            f"{update['healthyDeadline']} is not under 10m, the deployment's progress_deadline: "
-            "make it shorter",
+            f"{update['healthyDeadline']} is not shorter than fleet.update.progressDeadline "
+            f"({update['progressDeadline']}): make it shorter",
         )
     elif least >= deadline:
         yield (
