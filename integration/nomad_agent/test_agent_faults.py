@@ -40,7 +40,7 @@ def own_agent(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Cluster, FakeG
         agent.start()
         tokens = setup_acls(agent)
         agent.wait_node(len(GPUS))
-        own = Cluster(agent, cluster.docker, tokens, folder)
+        own = Cluster(agent, cluster.docker, tokens, folder, cluster.version)
         agent.run_job(docker_job("task", "default", "main"), "task")
         alloc = agent.running_allocs("task", "default")[0]
         pid = cluster.docker.client.containers.get(f"main-{alloc['ID']}").attrs["State"]["Pid"]

@@ -3,9 +3,10 @@
 The scene: ``rec-train`` (research, one device), ``rec-risk`` (finance, nothing reserved) and
 ``rec-svc`` (default, a ``raw_exec`` task registering the Nomad service ``gpuledger-agent``),
 on the suite's one node. Each answer is written by ``recording.py`` to
-``tests/fixtures/nomad/v1.6.5/``; ``tests/sim/test_nomad_recorded.py`` holds the simulator to
-them in CI. Besides writing, each test asserts what the answer must be, so a recording of a
-different behaviour fails here first.
+``tests/fixtures/nomad/v<the agent's version>/`` (the committed ones are v1.6.5's, to which
+``tests/sim/test_nomad_recorded.py`` holds the simulator in CI; run an older Nomad with
+``GPULEDGER_NOMAD_RECORD_DIR`` elsewhere). Besides writing, each test asserts what the answer
+must be, so a recording of a different behaviour fails here first.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import requests
 
-from integration.nomad_agent.conftest import VERSION, Cluster
+from integration.nomad_agent.conftest import Cluster
 from integration.nomad_agent.nomad_process import docker_job
 from integration.nomad_agent.recording import Recorder
 
@@ -68,7 +69,7 @@ def rec(cluster: Cluster) -> Iterator[tuple[Recorder, dict[str, Any]]]:
         roles = {agent.node_id: "<node>"}
         roles.update({a["ID"]: f"<alloc:{job}>" for job, a in allocs.items()})
         secrets = [agent.management, *cluster.tokens.values()]
-        yield Recorder(VERSION, secrets, roles), allocs
+        yield Recorder(cluster.version, secrets, roles), allocs
     finally:
         for job, (ns, _) in {**jobs, "rec-svc": ("default", 0)}.items():
             agent.cli(
