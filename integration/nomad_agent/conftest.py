@@ -125,7 +125,7 @@ def _applicable(request: pytest.FixtureRequest) -> None:
     (feature,) = marker.args
     if not has(version, feature):
         since = ".".join(map(str, FEATURES[feature]))
-        pytest.skip(f"{NOT_APPLICABLE}{feature}, from {since} (Nomad {version})")
+        pytest.skip(f"{NOT_APPLICABLE}{feature} from {since}")
 
 
 @pytest.fixture(scope="session")

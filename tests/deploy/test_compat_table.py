@@ -82,16 +82,16 @@ def test_each_outcome_lands_in_its_column(tmp_path: Path) -> None:
 
 
 def test_a_test_the_version_cannot_run_is_not_applicable_not_skipped(tmp_path: Path) -> None:
-    lacks = {"outcome": "not applicable", "detail": "identity, from 1.5.0 (Nomad 1.4.14)"}
+    lacks = {"outcome": "not applicable", "detail": "identity from 1.5.0"}
     summary(
         tmp_path,
         "1.4.14",
         "2026-12-08",
         {
             "test_agent_deploy.py::test_the_workload_identity_variant_runs": lacks,
-            "test_agent_meta.py::test_published": {**lacks, "detail": "node_meta, from 1.5.0"},
+            "test_agent_meta.py::test_published": {**lacks, "detail": "node_meta from 1.5.0"},
             "test_agent_watch.py::test_a": PASS,
-            "test_agent_watch.py::test_b": {**lacks, "detail": "var_api, from 1.4.0"},
+            "test_agent_watch.py::test_b": {**lacks, "detail": "var_api from 1.4.0"},
             "test_agent_watch.py::test_c": {"outcome": "skipped", "detail": "why"},
         },
     )
@@ -99,9 +99,9 @@ def test_a_test_the_version_cannot_run_is_not_applicable_not_skipped(tmp_path: P
     assert passed == "watch (1 of 3)"
     assert (failed, skipped) == ("—", "watch: `test_c` why")
     assert not_applicable == (
-        "workload identity (identity, from 1.5.0 (Nomad 1.4.14))<br>"
-        "watch: `test_b` var_api, from 1.4.0<br>"
-        "node metadata (node_meta, from 1.5.0)"
+        "workload identity (identity from 1.5.0)<br>"
+        "watch: `test_b` var_api from 1.4.0<br>"
+        "node metadata (node_meta from 1.5.0)"
     )
 
 
