@@ -123,7 +123,7 @@ def row(version: str, doc: dict[str, Any] | None) -> str:
     if doc is None:
         return f"| {version} | not yet observed | — | — | — | {_cell(expected)} |"
     if doc.get("build_error"):
-        built = f"could not be built: {_text(doc['build_error'])}"
+        built = f"could not be built: {_text(doc['build_error'], 300)}"
         return f"| {version} | {doc['date']} | — | {built} | — | {_cell(expected)} |"
     by_area: dict[str, list[tuple[str, dict[str, str]]]] = {}
     for test, result in doc["tests"].items():
@@ -160,10 +160,10 @@ def _outcome(area: str, results: list[tuple[str, dict[str, str]]], outcome: str)
     ]
 
 
-def _text(detail: str) -> str:
-    """A detail for a table cell: no pipe, no line break."""
+def _text(detail: str, most: int = 120) -> str:
+    """A detail for a table cell: no pipe, no line break, at most ``most`` characters."""
     text = detail.replace("|", "\\|").replace("\n", " ")
-    return text if len(text) <= 120 else text[:119] + "…"
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def table(summaries: dict[str, dict[str, Any]]) -> str:

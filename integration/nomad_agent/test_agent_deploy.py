@@ -12,8 +12,9 @@ service discovery and passes its check; ``gpuledger fleet serve`` finds it there
 The jobs are rendered for the agent's own version (``nomad.version``), with the values that
 version needs (``values``): on a Nomad before 1.5 no wildcard datacenter, no workload identity
 and no dynamic node metadata (the GPU node is found with no constraint); before 1.4 no
-Variables (the token is a file on the node, the built-in policy). A test of what the version
-lacks is not applicable there (``needs_nomad``).
+Variables (the token is a file on the node, the built-in policy); before 1.3 no Nomad services
+(the node controller is registered nowhere, and the fleet reads it at its static port). A test
+of what the version lacks is not applicable there (``needs_nomad``).
 
 The agent has no Consul: the default values (``service.provider: nomad``) are the no-Consul
 values, so every placement here is one on an agent without Consul.
@@ -155,6 +156,10 @@ def values(cluster: Cluster, scene: Scene, release: Release, **over: Any) -> dic
         doc["workloadIdentity"] = {"enabled": False}
     if not cluster.has("node_meta"):
         doc["node"]["constraints"] = []
+    if not cluster.has("services"):  # no Consul here either: registered nowhere
+        doc["service"] = {"provider": "none"}
+        doc["fleet"]["discovery"] = "targets"
+        doc["fleet"]["targets"] = [f"http://127.0.0.1:{doc['node']['port']}"]
     if not cluster.has("variables"):
         token = ["--nomad-token-file", str(cluster.token_file("gpuledger"))]
         doc["nomad"]["tokenFromVariable"] = False

@@ -29,7 +29,18 @@ UNKNOWN_NODE = "00000000-1111-4222-8333-444444444444"
 UNKNOWN_ALLOC = "99999999-8888-4777-8666-555555555555"
 
 
-def service_job() -> str:
+def service_job(services: bool) -> str:
+    """The raw_exec task registering ``SERVICE``; before 1.3, with no Nomad services, none."""
+    service = (
+        f'''
+      service {{
+        name = "{SERVICE}"
+        provider = "nomad"
+        tags = ["gpuledger"]
+      }}'''
+        if services
+        else ""
+    )
     return f"""
 job "rec-svc" {{
   datacenters = ["dc1"]
@@ -41,11 +52,7 @@ job "rec-svc" {{
         command = "/bin/sleep"
         args = ["3600"]
       }}
-      service {{
-        name = "{SERVICE}"
-        provider = "nomad"
-        tags = ["gpuledger"]
-      }}
+{service}
       resources {{
         cpu = 20
         memory = 16
@@ -63,7 +70,7 @@ def rec(cluster: Cluster) -> Iterator[tuple[Recorder, dict[str, Any]]]:
     try:
         for job, (ns, devices) in jobs.items():
             agent.run_job(docker_job(job, ns, "main", devices=devices), job)
-        agent.run_job(service_job(), "rec-svc")
+        agent.run_job(service_job(cluster.has("services")), "rec-svc")
         allocs = {job: agent.running_allocs(job, ns)[0] for job, (ns, _) in jobs.items()}
         allocs["rec-svc"] = agent.running_allocs("rec-svc", "default")[0]
         roles = {agent.node_id: "<node>"}
@@ -253,6 +260,7 @@ def test_record_that_a_node_with_no_allocation_wakes_on_any_allocation_of_the_cl
     assert seq["index_after"] > index and seq["seconds"] < 5, seq
 
 
+@pytest.mark.needs_nomad("var_api")
 def test_record_the_acts_and_the_variables(
     cluster: Cluster, rec: tuple[Recorder, dict[str, Any]]
 ) -> None:
