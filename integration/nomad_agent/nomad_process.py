@@ -15,7 +15,6 @@ Nothing here builds Nomad: the binary and the plugin folder come from ``GPULEDGE
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -176,9 +175,11 @@ plugin "{DEVICE_PLUGIN}" {{
         self._wait(lambda: self._get_open("/v1/status/leader") not in (None, '""'), "a leader")
 
     def bootstrap(self) -> str:
-        """``nomad acl bootstrap``: the management token's secret."""
-        done = self.cli("acl", "bootstrap", "-json", token=None)
-        self.management = str(json.loads(done.stdout)["SecretID"])
+        """``nomad acl bootstrap``, through the API (the command has ``-json`` from 1.2): the
+        management token's secret."""
+        done = self.api("/v1/acl/bootstrap", "POST", token=None)
+        assert done.status_code == 200, done.text
+        self.management = str(done.json()["SecretID"])
         return self.management
 
     def wait_node(self, devices: int) -> str:
