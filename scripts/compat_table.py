@@ -78,6 +78,9 @@ AREAS = (
     Area("ledger join", ("test_agent_join.py::",)),
     Area("ACLs and mTLS", ("test_agent_access.py::",)),
     Area("watch", ("test_agent_watch.py::",)),
+    Area("faults under serve", ("test_agent_faults.py::",)),
+    Area("fleet", ("test_agent_fleet.py::",)),
+    Area("acts", ("test_agent_acts.py::",)),
     Area("node metadata", ("test_agent_meta.py::",), "node_meta"),
     Area("recorded answers", ("test_agent_record.py::",)),
 )
@@ -138,10 +141,7 @@ def row(version: str, doc: dict[str, Any] | None) -> str:
         lacked = _outcome(area, results, "not applicable")
         failed += bad
         skipped += left
-        if lacked and len(lacked) == len(results) and len({r["detail"] for _, r in results}) == 1:
-            not_applicable.append(f"{area} ({_text(results[0][1]['detail'])})")
-        else:
-            not_applicable += lacked
+        not_applicable += _lacked(area, results)
         ran = len(results) - len(left) - len(lacked)
         if ran and not bad:
             passed.append(f"{area} ({ran}{f' of {len(results)}' if ran < len(results) else ''})")
@@ -149,6 +149,23 @@ def row(version: str, doc: dict[str, Any] | None) -> str:
         f"| {version} | {doc['date']} | {_cell(passed)} | {_cell(failed)} | {_cell(skipped)} "
         f"| {_cell(not_applicable)} |"
     )
+
+
+def _lacked(area: str, results: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """The area's not-applicable tests, by what they lack: the area alone when all of it
+    lacks one thing, a count where several tests lack the same, else the test."""
+    by_why: dict[str, list[str]] = {}
+    for test, result in results:
+        if result["outcome"] == "not applicable":
+            by_why.setdefault(result["detail"], []).append(test.split("::")[-1])
+    if len(by_why) == 1 and sum(map(len, by_why.values())) == len(results):
+        return [f"{area} ({_text(next(iter(by_why)))})"]
+    return [
+        f"{area}: `{tests[0]}` {_text(why)}"
+        if len(tests) == 1
+        else f"{area}: {len(tests)} tests, {_text(why)}"
+        for why, tests in by_why.items()
+    ]
 
 
 def _outcome(area: str, results: list[tuple[str, dict[str, str]]], outcome: str) -> list[str]:

@@ -52,7 +52,7 @@ def arguments(cluster: Cluster, target: str) -> list[str]:
     """The render's arguments; a skip where the agent is older than the render is for."""
     args, version = TARGETS[target] if target != "own" else (for_version(cluster.version), "")
     if version and (parse_version(cluster.version) or ()) < (parse_version(version) or ()):
-        pytest.skip(f"{NOT_APPLICABLE}a render for Nomad {version}")
+        pytest.skip(f"{NOT_APPLICABLE}a render for a newer Nomad")
     return args
 
 

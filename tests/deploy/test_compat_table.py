@@ -93,14 +93,17 @@ def test_a_test_the_version_cannot_run_is_not_applicable_not_skipped(tmp_path: P
             "test_agent_watch.py::test_a": PASS,
             "test_agent_watch.py::test_b": {**lacks, "detail": "var_api from 1.4.0"},
             "test_agent_watch.py::test_c": {"outcome": "skipped", "detail": "why"},
+            "test_agent_watch.py::test_d": {**lacks, "detail": "checks from 1.4.0"},
+            "test_agent_watch.py::test_e": {**lacks, "detail": "checks from 1.4.0"},
         },
     )
     _, passed, failed, skipped, not_applicable = rows(tmp_path)["1.4.14"]
-    assert passed == "watch (1 of 3)"
+    assert passed == "watch (1 of 5)"
     assert (failed, skipped) == ("—", "watch: `test_c` why")
     assert not_applicable == (
         "workload identity (identity from 1.5.0)<br>"
         "watch: `test_b` var_api from 1.4.0<br>"
+        "watch: 2 tests, checks from 1.4.0<br>"
         "node metadata (node_meta from 1.5.0)"
     )
 
