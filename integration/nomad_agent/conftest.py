@@ -1,8 +1,11 @@
 """The real-agent suite's fixtures: a Nomad binary the tester names, and agents started from it.
 
-Run with ``GPULEDGER_NOMAD_BIN`` (a ``nomad`` binary of the version in ``VERSION``) and
-``GPULEDGER_NOMAD_PLUGIN_DIR`` (a folder holding Nomad's example device plugin as
-``nomad-device-example``); without them every test here skips naming the variable. CI has no
+Run with ``GPULEDGER_NOMAD_BIN`` (a ``nomad`` binary of one of the versions in ``VERSIONS``)
+and ``GPULEDGER_NOMAD_PLUGIN_DIR`` (a folder holding the example device plugin built from the
+same Nomad as ``nomad-device-example``); without them every test here skips naming the
+variable. A test marked ``needs_nomad(feature)`` is not applicable on a Nomad older than the
+release that brought the feature (``SINCE``): it skips saying so, and the run's summary and the
+compatibility table count it as not applicable, not as skipped. CI has no
 Nomad, so ``.ci/run`` never requires this suite (integration/conftest.py exempts the
 ``nomad_agent`` marker); what CI keeps of it is the recorded answers in
 ``tests/fixtures/nomad/v1.6.5/``.
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,9 +24,15 @@ from typing import Any
 
 import pytest
 
+from gpuledger.commands.render.nomad_target import MPL_RELEASES, SINCE, parse_version
 from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
 from integration.nomad_agent.nomad_process import DEVICE_PLUGIN, NomadAgent
-from integration.nomad_agent.run_summary import pytest_runtest_logreport, pytest_sessionfinish
+from integration.nomad_agent.run_summary import (
+    NOT_APPLICABLE,
+    nomad_version,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+)
 from integration.runtimes import (  # the session fixtures are imported for pytest to find them
     DockerEngine,
     docker_engine,
@@ -40,7 +48,13 @@ __all__ = [
     "runtime_folder",
 ]
 
-VERSION = "1.6.5"
+VERSIONS = MPL_RELEASES
+"""The Nomads the suite runs on: the versions of the compatibility table."""
+FEATURES: dict[str, tuple[int, int, int]] = {
+    **SINCE,  # what the jobs use, and besides that what the suite's own requests need:
+    "var_api": (1, 4, 0),  # /v1/var (Variables, GH-13000)
+}
+"""The first Nomad release with each feature a ``needs_nomad`` marker can name."""
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "deploy" / "nomad"
 NAMESPACES = ("research", "finance")
@@ -48,6 +62,13 @@ GPUS = [f"GPU-5e0c7a21-8b3d-4f6e-9a12-7c4d2e8b1f{i:02d}" for i in range(8)]
 GPU_DEVICES_FLAG = "--nomad-gpu-devices"
 DEVICES = "nomad/file/mock"
 GPULEDGER = (sys.executable, "-m", "gpuledger")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs_nomad(feature): not applicable on a Nomad older than the feature (FEATURES)",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -60,24 +81,51 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _named(variable: str) -> str:
     value = os.environ.get(variable, "")
     if not value:
-        pytest.skip(f"{variable} is not set: the real-agent suite needs a Nomad v{VERSION}")
+        pytest.skip(f"{variable} is not set: the real-agent suite needs a Nomad of {VERSIONS}")
     return value
 
 
 @pytest.fixture(scope="session")
 def nomad_bin() -> str:
-    """``GPULEDGER_NOMAD_BIN``, a Nomad of ``VERSION``; a skip naming the variable if not."""
+    """``GPULEDGER_NOMAD_BIN``, a Nomad of ``VERSIONS``; a skip naming the variable if not."""
     path = _named("GPULEDGER_NOMAD_BIN")
     if not os.access(path, os.X_OK):
         pytest.skip(f"GPULEDGER_NOMAD_BIN={path} is not an executable file")
-    done = subprocess.run(
-        [path, "version"], check=False, capture_output=True, text=True, timeout=30
-    )
-    found = re.search(r"Nomad v(\S+)", done.stdout)
-    if done.returncode != 0 or found is None or found[1] != VERSION:
-        said = found[0] if found else (done.stdout + done.stderr).strip()[:80]
-        pytest.skip(f"GPULEDGER_NOMAD_BIN={path} says {said!r}; this suite runs Nomad v{VERSION}")
+    version = nomad_version(path)
+    if version not in VERSIONS:
+        done = subprocess.run(
+            [path, "version"], check=False, capture_output=True, text=True, timeout=30
+        )
+        said = (done.stdout + done.stderr).strip()[:80]
+        pytest.skip(f"GPULEDGER_NOMAD_BIN={path} says {said!r}; this suite runs {VERSIONS}")
     return path
+
+
+@pytest.fixture(scope="session")
+def agent_version(nomad_bin: str) -> str:
+    """The version of the suite's Nomad, as ``nomad version`` says it (one of ``VERSIONS``)."""
+    version = nomad_version(nomad_bin)
+    assert version is not None
+    return version
+
+
+def has(version: str, feature: str) -> bool:
+    """Whether Nomad ``version`` has ``feature`` (the jobs' or the suite's ``SINCE``)."""
+    parsed = parse_version(version)
+    return parsed is not None and parsed >= FEATURES[feature]
+
+
+@pytest.fixture(autouse=True)
+def _applicable(request: pytest.FixtureRequest) -> None:
+    """A ``needs_nomad(feature)`` test skips, as not applicable, on a Nomad without it."""
+    marker = request.node.get_closest_marker("needs_nomad")
+    if marker is None:
+        return
+    version = request.getfixturevalue("agent_version")
+    (feature,) = marker.args
+    if not has(version, feature):
+        since = ".".join(map(str, FEATURES[feature]))
+        pytest.skip(f"{NOT_APPLICABLE}{feature} from {since}")
 
 
 @pytest.fixture(scope="session")
@@ -97,6 +145,12 @@ class Cluster:
     docker: DockerEngine
     tokens: dict[str, str] = field(default_factory=dict)
     folder: Path = Path()
+    version: str = VERSIONS[0]
+    """The agent's Nomad version (``agent_version``)."""
+
+    def has(self, feature: str) -> bool:
+        """Whether the agent's Nomad has ``feature`` (``FEATURES``)."""
+        return has(self.version, feature)
 
     def token_file(self, name: str) -> Path:
         """A file holding token ``name`` (0600), as gpuledger's ``--nomad-token-file``."""
@@ -135,7 +189,11 @@ def setup_acls(agent: NomadAgent) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def cluster(
-    nomad_bin: str, nomad_plugins: Path, docker_engine: DockerEngine, runtime_folder: Path
+    nomad_bin: str,
+    agent_version: str,
+    nomad_plugins: Path,
+    docker_engine: DockerEngine,
+    runtime_folder: Path,
 ) -> Iterator[Cluster]:
     """The suite's agent, stopped at the end of the session, pass or fail."""
     folder = runtime_folder / "nomad"
@@ -144,7 +202,7 @@ def cluster(
         agent.start()
         tokens = setup_acls(agent)
         agent.wait_node(len(GPUS))
-        yield Cluster(agent, docker_engine, tokens, folder)
+        yield Cluster(agent, docker_engine, tokens, folder, agent_version)
     finally:
         agent.stop()
 

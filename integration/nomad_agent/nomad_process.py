@@ -15,7 +15,6 @@ Nothing here builds Nomad: the binary and the plugin folder come from ``GPULEDGE
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -176,9 +175,11 @@ plugin "{DEVICE_PLUGIN}" {{
         self._wait(lambda: self._get_open("/v1/status/leader") not in (None, '""'), "a leader")
 
     def bootstrap(self) -> str:
-        """``nomad acl bootstrap``: the management token's secret."""
-        done = self.cli("acl", "bootstrap", "-json", token=None)
-        self.management = str(json.loads(done.stdout)["SecretID"])
+        """``nomad acl bootstrap``, through the API (the command has ``-json`` from 1.2): the
+        management token's secret."""
+        done = self.api("/v1/acl/bootstrap", "POST", token=None)
+        assert done.status_code == 200, done.text
+        self.management = str(done.json()["SecretID"])
         return self.management
 
     def wait_node(self, devices: int) -> str:
@@ -289,11 +290,18 @@ plugin "{DEVICE_PLUGIN}" {{
             )
         return done
 
+    def create_token(self, name: str, *policies: str) -> dict[str, Any]:
+        """A client token with these policies: Nomad's document of it (``SecretID``,
+        ``AccessorID``). Through the API: ``nomad acl token create`` has ``-json`` from 1.5."""
+        body = {"Name": name, "Type": "client", "Policies": list(policies)}
+        done = self.api("/v1/acl/token", "PUT", json=body)
+        assert done.status_code == 200, done.text
+        doc: dict[str, Any] = done.json()
+        return doc
+
     def token(self, name: str, *policies: str) -> str:
         """A client token with these policies: its secret."""
-        flags = [f"-policy={p}" for p in policies]
-        done = self.cli("acl", "token", "create", f"-name={name}", *flags, "-json")
-        return str(json.loads(done.stdout)["SecretID"])
+        return str(self.create_token(name, *policies)["SecretID"])
 
     # ---------------------------------------------------------------- jobs
 

@@ -3,7 +3,8 @@
 With ``GPULEDGER_COMPAT_DIR`` set, the end of a run that ran any test of this folder writes
 ``<dir>/nomad-<version>-<date>.json``: the Nomad version the binary of ``GPULEDGER_NOMAD_BIN``
 reports, the date (UTC), and each test's outcome (``passed``, ``failed`` with the first line of
-its error, ``skipped`` with the reason); a later run of the same day adds its tests to it.
+its error, ``skipped`` with the reason, ``not applicable`` with the feature the version lacks
+and the release that brought it); a later run of the same day adds its tests to it.
 ``scripts/compat_table.py`` turns the committed summaries (``docs/compat/``) into the table of
 ``docs/compatibility.md``. Unset, nothing is written. The hooks are pytest's; conftest.py
 hands them over.
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 
 SCHEMA = 1
+NOT_APPLICABLE = "not applicable: "
+"""How a skip of a test whose feature the Nomad lacks begins (conftest.py's ``needs_nomad``)."""
 _FOLDER = "integration/nomad_agent/"
 _outcomes: dict[str, dict[str, str]] = {}
 
@@ -42,7 +45,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed:
         _outcomes[test] = {"outcome": "failed", "detail": f"{report.when}: {_first_line(report)}"}
     elif report.skipped and test not in _outcomes:
-        _outcomes[test] = {"outcome": "skipped", "detail": _first_line(report)}
+        why = _first_line(report)
+        if why.startswith(NOT_APPLICABLE):
+            _outcomes[test] = {"outcome": "not applicable", "detail": why[len(NOT_APPLICABLE) :]}
+        else:
+            _outcomes[test] = {"outcome": "skipped", "detail": why}
     elif report.when == "call" and report.passed and test not in _outcomes:
         _outcomes[test] = {"outcome": "passed", "detail": ""}
 

@@ -54,8 +54,7 @@ def test_a_rotated_token_file_is_read_again_with_no_restart(
     cluster: Cluster, gpus: FakeGpus, tmp_path: Path
 ) -> None:
     agent = cluster.agent
-    old = agent.cli("acl", "token", "create", "-name=rotating", "-policy=gpuledger", "-json")
-    old_doc = json.loads(old.stdout)
+    old_doc = agent.create_token("rotating", "gpuledger")
     cluster.tokens["rotating"] = old_doc["SecretID"]
     token_file = cluster.token_file("rotating")
     args = gpuledger_args(cluster, gpus, "rotating")

@@ -15,7 +15,6 @@ the fake ``nvidia-smi`` lists, a controller on a 30 s interval, then
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +39,7 @@ def own_agent(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Cluster, FakeG
         agent.start()
         tokens = setup_acls(agent)
         agent.wait_node(len(GPUS))
-        own = Cluster(agent, cluster.docker, tokens, folder)
+        own = Cluster(agent, cluster.docker, tokens, folder, cluster.version)
         agent.run_job(docker_job("task", "default", "main"), "task")
         alloc = agent.running_allocs("task", "default")[0]
         pid = cluster.docker.client.containers.get(f"main-{alloc['ID']}").attrs["State"]["Pid"]
@@ -100,8 +99,7 @@ def test_a_token_revoked_while_its_query_blocks_fails_the_source_never_idle(
 ) -> None:
     own, gpus = own_agent
     agent = own.agent
-    created = json.loads(agent.cli("acl", "token", "create", "-name=r", "-policy=gpuledger",
-                                   "-json").stdout)  # fmt: skip
+    created = agent.create_token("r", "gpuledger")
     own.tokens["revoked"] = created["SecretID"]
     serve = ServeProcess(tmp_path, gpuledger_args(own, gpus, "revoked"))
     try:

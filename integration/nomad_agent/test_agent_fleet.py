@@ -89,6 +89,7 @@ def codes(doc: dict[str, Any]) -> set[str]:
     return {f["code"] for f in doc["findings"]}
 
 
+@pytest.mark.needs_nomad("services")
 def test_the_controller_is_found_through_nomad_then_missing_once_stopped(
     cluster: Cluster, gpus: FakeGpus
 ) -> None:

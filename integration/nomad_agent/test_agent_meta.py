@@ -11,9 +11,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from integration.nomad_agent.conftest import GPUS, Cluster, FakeGpus, gpuledger_args
 from integration.nomad_agent.test_agent_watch import ServeProcess
 from integration.runtimes import host_sleep
+
+pytestmark = pytest.mark.needs_nomad("node_meta")
 
 
 def node_meta(cluster: Cluster) -> dict[str, str]:

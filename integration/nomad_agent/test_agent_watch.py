@@ -133,7 +133,7 @@ def test_a_quiet_minute_costs_nomad_at_most_one_request_per_endpoint(
         assert serve.proc.poll() is None, serve.log.read_text()[-2000:]
     spent, _ = served(cluster, start)
     _figures(folder, "quiet_minute_requests", spent)
-    print(f"\nrequests Nomad v1.6.5 answered over a quiet minute: {spent}")
+    print(f"\nrequests Nomad v{cluster.version} answered over a quiet minute: {spent}")
     # Two ticks of 30 s; polling would ask for the node's allocations at each. The watch
     # holds one blocking query, whose wait (half of the 10m resync) outlasts the minute.
     assert spent.get("/v1/node/:id/allocations", 0) == 0, spent

@@ -117,6 +117,22 @@ def test_a_consul_service_keeps_its_check_on_any_version() -> None:
     assert the(the(node.group["service"])["check"])["type"] == "http"
 
 
+@pytest.mark.parametrize(("version", "provider"), [("1.2.16", None), ("1.3.16", "consul")])
+def test_before_1_3_a_consul_service_names_no_provider(
+    tmp_path: Path, version: str, provider: str | None
+) -> None:
+    """Nomad 1.2.16 refuses the job: 'An argument named "provider" is not expected here' (the
+    real-agent suite, ``nomad job validate``); before 1.3 every service is Consul's."""
+    sets = ",".join([*OLD_ENOUGH, "service.provider=consul"])
+    args = ["--set", sets, "--set-string", f"nomad.version={version}"]
+    code, _, err = render_cli(*args, "--output-dir", str(tmp_path))
+    assert code == 0, err
+    for name in ("gpuledger.nomad.hcl", "gpuledger-fleet.nomad.hcl"):
+        service = the(job_file((tmp_path / name).read_text()).group["service"])
+        assert service.get("provider") == provider, (name, service)
+        assert the(service["check"])["path"] == "/healthz"
+
+
 def test_before_1_3_a_nomad_service_is_refused() -> None:
     code, _, err = render_cli(
         *(arg for s in OLD_ENOUGH for arg in ("--set", s)), "--set-string", "nomad.version=1.2.16"

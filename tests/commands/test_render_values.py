@@ -207,6 +207,16 @@ def test_a_missing_file() -> None:
         (["service.provider=none"], "fleet.discovery: 'auto' finds the node controllers"),
         (["fleet.discovery=consul"], "fleet.discovery: 'consul' finds no node controller"),
         (["fleet.discovery=targets"], "fleet.targets: is empty"),
+        (
+            ["fleet.update.healthyDeadline=10m"],
+            "fleet.update.healthyDeadline: 10m is not shorter than fleet.update.progressDeadline "
+            "(10m)",
+        ),
+        (
+            ["fleet.update.minHealthyTime=30s,fleet.update.healthyDeadline=30s"],
+            "fleet.update.minHealthyTime: 30s is not shorter than fleet.update.healthyDeadline",
+        ),
+        (["fleet.update.healthyDeadline=99999999999999999999h"], "fleet.update: "),
     ],
 )
 def test_keys_that_must_agree(sets: list[str], expected: str) -> None:

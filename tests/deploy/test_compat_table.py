@@ -73,12 +73,55 @@ def test_each_outcome_lands_in_its_column(tmp_path: Path) -> None:
     )
     date, passed, failed, skipped, not_applicable = rows(tmp_path)["1.6.5"]
     assert date == "2026-12-07"
-    assert passed == "rendered jobs validate (2)<br>ledger join (0 of 1)"
+    assert passed == "rendered jobs validate (2)"  # ledger join: none ran, none passed
     assert (
         failed == "release faults shown: `test_a_wrong_checksum_is_x` call: AssertionError: a \\| b"
     )
     assert skipped == "ledger join: `test_held` gpuledger has no --nomad-gpu-devices yet"
     assert not_applicable == "—"
+
+
+def test_a_test_the_version_cannot_run_is_not_applicable_not_skipped(tmp_path: Path) -> None:
+    lacks = {"outcome": "not applicable", "detail": "identity from 1.5.0"}
+    summary(
+        tmp_path,
+        "1.4.14",
+        "2026-12-08",
+        {
+            "test_agent_deploy.py::test_the_workload_identity_variant_runs": lacks,
+            "test_agent_meta.py::test_published": {**lacks, "detail": "node_meta from 1.5.0"},
+            "test_agent_watch.py::test_a": PASS,
+            "test_agent_watch.py::test_b": {**lacks, "detail": "var_api from 1.4.0"},
+            "test_agent_watch.py::test_c": {"outcome": "skipped", "detail": "why"},
+            "test_agent_watch.py::test_d": {**lacks, "detail": "checks from 1.4.0"},
+            "test_agent_watch.py::test_e": {**lacks, "detail": "checks from 1.4.0"},
+        },
+    )
+    _, passed, failed, skipped, not_applicable = rows(tmp_path)["1.4.14"]
+    assert passed == "watch (1 of 5)"
+    assert (failed, skipped) == ("—", "watch: `test_c` why")
+    assert not_applicable == (
+        "workload identity (identity from 1.5.0)<br>"
+        "watch: `test_b` var_api from 1.4.0<br>"
+        "watch: 2 tests, checks from 1.4.0<br>"
+        "node metadata (node_meta from 1.5.0)"
+    )
+
+
+def test_a_version_that_could_not_be_built_has_its_row_with_the_first_error(
+    tmp_path: Path,
+) -> None:
+    error = "vendor/x.go:12:2: undefined: unsafe.Foo"
+    assert (
+        compat.main(["--summaries", str(tmp_path), "--not-built", "1.0.18", "--error", error]) == 0
+    )
+    (path,) = tmp_path.glob("nomad-1.0.18-*.json")
+    date, passed, failed, skipped, not_applicable = rows(tmp_path)["1.0.18"]
+    assert path.name == f"nomad-1.0.18-{date}.json"
+    assert (passed, skipped) == ("—", "—")
+    assert failed == f"could not be built: {error}"
+    assert not_applicable == "workload identity (from 1.5.0)<br>node metadata (from 1.5.0)"
+    assert compat.main(["--summaries", str(tmp_path), "--not-built", "1.0.18"]) == 2
 
 
 def test_an_unobserved_version_says_so_and_what_it_cannot_do(tmp_path: Path) -> None:

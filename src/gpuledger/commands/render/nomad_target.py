@@ -3,7 +3,8 @@
 Each job feature gpuledger's jobs use came with a Nomad release, as Nomad's CHANGELOG says it
 (read at v1.6.5, and the Docker driver's for 1.10.3). Rendered for an older Nomad, a feature is
 left out where the job means the same without it (``node_pool`` on a Nomad without node
-pools, the checksum's ``strlen`` written with ``regex_replace`` alone), and otherwise the value
+pools, a service's ``provider`` before 1.3, where every service is Consul's, the checksum's
+``strlen`` written with ``regex_replace`` alone), and otherwise the value
 that asks for it is refused, naming the release that first has it and what to set instead.
 Unset, the jobs are the newest Nomad's, exactly as before the value existed.
 """
@@ -18,7 +19,7 @@ from typing import Any
 Version = tuple[int, int, int]
 
 SINCE: dict[str, Version] = {
-    "services": (1, 3, 0),  # Nomad native service discovery (GH-12368)
+    "services": (1, 3, 0),  # Nomad native service discovery and the provider argument (GH-12368)
     "checks": (1, 4, 0),  # checks on provider = "nomad" services (GH-13715)
     "variables": (1, 4, 0),  # Variables and the nomadVar template functions (GH-13000)
     "strlen": (1, 4, 0),  # the strlen HCL2 function (GH-14463)
@@ -29,6 +30,10 @@ SINCE: dict[str, Version] = {
     "docker_cgroupns": (1, 10, 3),  # the Docker driver's cgroupns option
 }
 """The first Nomad release with each feature the jobs use."""
+
+MPL_RELEASES = ("1.6.5", "1.5.12", "1.4.14", "1.3.16", "1.2.16", "1.1.18", "1.0.18")
+"""The newest MPL-2.0 patch of each minor, newest first: the Nomads the real-agent suite runs
+on and the compatibility table lists (later patches and every release from 1.7 are BUSL)."""
 
 OLDEST: Version = (1, 0, 0)
 """The jobs are HCL2 with an input variable, which Nomad reads from 1.0."""

@@ -295,6 +295,7 @@ def _beyond_schema(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         )
     if not fleet["enabled"]:
         return
+    yield from _fleet_update(fleet["update"])
     way = fleet_discovery(values)
     if way == "none":
         yield (
@@ -310,3 +311,25 @@ def _beyond_schema(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         )
     elif way == "targets" and not fleet["targets"]:
         yield ("fleet.targets", "is empty: list the node controllers' URLs for 'targets'")
+
+
+def _fleet_update(update: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Nomad's own rules for an update block, said before ``nomad job run`` says them."""
+    keys = ("minHealthyTime", "healthyDeadline", "progressDeadline")
+    try:
+        least, deadline, progress = (parse_duration(update[key]) for key in keys)
+    except ValueError as exc:
+        yield "fleet.update", str(exc)
+        return
+    if progress.total_seconds() and deadline >= progress:
+        yield (
+            "fleet.update.healthyDeadline",
+            f"{update['healthyDeadline']} is not shorter than fleet.update.progressDeadline "
+            f"({update['progressDeadline']}): make it shorter",
+        )
+    elif least >= deadline:
+        yield (
+            "fleet.update.minHealthyTime",
+            f"{update['minHealthyTime']} is not shorter than fleet.update.healthyDeadline "
+            f"({update['healthyDeadline']}): make it shorter",
+        )

@@ -17,10 +17,11 @@ job "gpuledger-fleet" {
   node_pool   = "default"
 
   update {
-    max_parallel     = 1
-    min_healthy_time = "10s"
-    healthy_deadline = "5m"
-    auto_revert      = true
+    max_parallel      = 1
+    min_healthy_time  = "10s"
+    healthy_deadline  = "5m"
+    progress_deadline = "10m"
+    auto_revert       = true
   }
 
   group "fleet" {
