@@ -79,7 +79,9 @@ def served(cluster: Cluster, since: int = 0) -> tuple[dict[str, int], int]:
 
 
 def _deploying(cluster: Cluster) -> bool:
-    found = cluster.agent.api("/v1/deployments?namespace=*").json()
+    # The job's own namespace: the list honours namespace=* only from Nomad 1.2.4 (GH-11743);
+    # before, it answered [] and the quiet minute began while the deployment still wrote.
+    found = cluster.agent.api("/v1/deployments?namespace=default").json()
     return any(d["Status"] == "running" for d in found)
 
 
