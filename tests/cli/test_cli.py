@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from gpuledger.cli import main
+from gpuledger.cli import COMMANDS, main
 from gpuledger.sim.world import World
+from tests.cli.in_process import gpuledger
 from tests.paths import REPO
 
 DEMO_POLICY = REPO / "src/gpuledger/sim/scenarios/demo-policy.yaml"
@@ -270,29 +271,38 @@ def test_table_shows_states_and_findings(world: World) -> None:
         (["ls", "--publish-node-meta"], "unrecognized arguments: --publish-node-meta"),
     ],
 )
-def test_usage_errors_exit_2_with_a_message_and_no_traceback(argv: list[str], words: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuledger", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def test_usage_errors_exit_2_with_a_message_and_no_traceback(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc = gpuledger(argv, capsys)
     assert proc.returncode == 2
     assert words in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_invalid_policy_is_a_usage_error_naming_file_and_line(tmp_path: Path) -> None:
-    bad = tmp_path / "policy.yaml"
-    bad.write_text("version: 1\nfindings:\n  hot: {level: SEVERE}\n")
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_each_command_refuses_a_usage_error_as_a_process(command: str) -> None:
+    """The console script as a user runs it, once per command: the tests above run ``main``
+    in this process, which leaves out ``__main__``'s exit and the process's own stderr."""
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuledger", "check", "--policy", str(bad), "--no-nomad"],
+        [sys.executable, "-m", "gpuledger", command, "--no-such-flag"],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+    assert proc.returncode == 2, proc.stderr
+    first, hint = proc.stderr.splitlines()  # one message, and where the options are told
+    assert first.startswith(f"gpuledger {command}: error: "), proc.stderr
+    assert hint == f"Run 'gpuledger {command} --help' for the options."
+
+
+def test_invalid_policy_is_a_usage_error_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("version: 1\nfindings:\n  hot: {level: SEVERE}\n")
+    proc = gpuledger(["check", "--policy", str(bad), "--no-nomad"], capsys)
     assert proc.returncode == 2
     assert f"{bad}:3:" in proc.stderr and "SEVERE" in proc.stderr
     assert "Traceback" not in proc.stderr
