@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, settings
 
 from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
 from gpuledger.sim.world import World, load_scenario
+from tests.parallel import group_by_module
 from tests.secret_scan import scan_report
 from tests.secret_scan import shown as shown  # noqa: PLC0414 - the fixture, for every test
 
@@ -71,6 +72,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("default")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep each module's tests on one worker where they share a module's fixture
+    (``tests/parallel.py``); ``integration/conftest.py`` does the same for its own."""
+    group_by_module(items)
 
 
 @pytest.hookimpl(hookwrapper=True)
