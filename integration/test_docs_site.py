@@ -21,7 +21,7 @@ import pytest
 import requests
 
 import integration.browser as chromium
-from tests.deploy.docs_site import build_site
+from tests.deploy.docs_site import site_of_run
 from tests.fakes.loopback import serving
 
 WIDTHS = (360, 768, 1280, 1920)
@@ -39,7 +39,7 @@ class Built:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
-    folder = build_site(tmp_path_factory.mktemp("docs") / "site")
+    folder = site_of_run(tmp_path_factory)  # read, never written
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
