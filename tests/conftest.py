@@ -1,5 +1,6 @@
-"""Shared test helpers: the fixtures path, a fake nvidia-smi, the simulated demo node, and the
-scan for planted secrets (``tests/secret_scan.py``) over what every test left captured."""
+"""Shared test helpers: the fixtures path, a fake nvidia-smi, the simulated demo node (one per
+test, or one per module for tests that only read it), and the scan for planted secrets
+(``tests/secret_scan.py``) over what every test left captured."""
 
 from __future__ import annotations
 
@@ -59,6 +60,19 @@ def demo_world() -> Iterator[World]:
 @pytest.fixture
 def mig_world() -> Iterator[World]:
     """The MIG scenario's node (an H200 split as in the real capture), running."""
+    yield from _running("mig")
+
+
+@pytest.fixture(scope="module")
+def demo_node() -> Iterator[World]:
+    """The demo scenario's node, started once for a module whose tests only read it (none may
+    ``update`` it or change its fakes: the next test would see it; use ``demo_world``)."""
+    yield from _running("demo")
+
+
+@pytest.fixture(scope="module")
+def mig_node() -> Iterator[World]:
+    """The MIG scenario's node, started once for a module whose tests only read it."""
     yield from _running("mig")
 
 

@@ -59,16 +59,16 @@ def findings(doc: dict[str, Any]) -> set[tuple[str, str, int | None]]:
     return {(f["code"], f["level"], index.get(f["gpu"])) for f in doc["findings"]}
 
 
-def test_demo_node_gives_every_state_and_finding(world: World) -> None:
-    doc = ls_json(world)
+def test_demo_node_gives_every_state_and_finding(demo_node: World) -> None:
+    doc = ls_json(demo_node)
     assert doc["schema"] == 1
     assert [g["state"] for g in doc["gpus"]] == DEMO_STATES
     assert findings(doc) == DEMO_FINDINGS
     assert all(s["ok"] for s in doc["sources"].values())
 
 
-def test_tenants_are_traced_to_containers_and_allocations(world: World) -> None:
-    gpus = ls_json(world)["gpus"]
+def test_tenants_are_traced_to_containers_and_allocations(demo_node: World) -> None:
+    gpus = ls_json(demo_node)["gpus"]
     (trainer,) = gpus[0]["tenants"]
     assert trainer["container"]["name"] == "trainer-1f2e3d4c-5b6a-4978-8a1b-2c3d4e5f6a70"
     assert trainer["container"]["runtime"] == "docker"
@@ -103,8 +103,10 @@ def test_tenants_are_traced_to_containers_and_allocations(world: World) -> None:
     assert gpus[0]["thermalMarginC"] == 29
 
 
-def test_hidden_allocation_names_namespace_and_capability_never_unreserved(world: World) -> None:
-    doc = ls_json(world)
+def test_hidden_allocation_names_namespace_and_capability_never_unreserved(
+    demo_node: World,
+) -> None:
+    doc = ls_json(demo_node)
     gpu4 = doc["gpus"][4]["uuid"]
     on_gpu4 = [f for f in doc["findings"] if f["gpu"] == gpu4]
     assert [f["code"] for f in on_gpu4] == ["source-unavailable"]
@@ -112,8 +114,8 @@ def test_hidden_allocation_names_namespace_and_capability_never_unreserved(world
     assert "read-job" in on_gpu4[0]["message"]
 
 
-def test_runtimes_off_make_container_gpus_unknown_not_unmanaged(world: World) -> None:
-    doc = ls_json(world, "--docker", "off", "--podman", "off")
+def test_runtimes_off_make_container_gpus_unknown_not_unmanaged(demo_node: World) -> None:
+    doc = ls_json(demo_node, "--docker", "off", "--podman", "off")
     assert [g["state"] for g in doc["gpus"]] == [
         "unknown",
         "reserved-idle",
@@ -143,8 +145,8 @@ def test_runtimes_off_make_container_gpus_unknown_not_unmanaged(world: World) ->
     assert [f["subject"]["pid"] for f in unmanaged] == [60133]
 
 
-def test_without_nomad_every_gpu_is_unknown_and_no_task_is_judged(world: World) -> None:
-    doc = ls_json(world, "--no-nomad")
+def test_without_nomad_every_gpu_is_unknown_and_no_task_is_judged(demo_node: World) -> None:
+    doc = ls_json(demo_node, "--no-nomad")
     assert {g["state"] for g in doc["gpus"]} == {"unknown"}
     codes = sorted(f["code"] for f in doc["findings"])
     assert "unreserved-tenant" not in codes and "reserved-idle" not in codes
@@ -188,9 +190,10 @@ def test_nvidia_smi_failures_are_one_finding(world: World, fault: str, words: st
     assert (finding["code"], finding["level"]) == ("source-unavailable", "ERROR")
 
 
-def test_missing_nvidia_smi_is_a_finding_not_a_crash(world: World) -> None:
+def test_missing_nvidia_smi_is_a_finding_not_a_crash(demo_node: World) -> None:
     args = [
-        a if a != str(world.nvidia_smi) else "/nonexistent/nvidia-smi" for a in world.cli_args()
+        a if a != str(demo_node.nvidia_smi) else "/nonexistent/nvidia-smi"
+        for a in demo_node.cli_args()
     ]
     code, text = run("check", "--json", *args)
     doc = json.loads(text)
@@ -220,8 +223,8 @@ def test_nomad_failures_are_one_finding_and_gpus_unknown(
     assert not any(f["code"] == "unreserved-tenant" for f in doc["findings"])
 
 
-def test_unknown_node_id_is_a_source_failure_not_a_free_node(world: World) -> None:
-    args = world.cli_args()
+def test_unknown_node_id_is_a_source_failure_not_a_free_node(demo_node: World) -> None:
+    args = demo_node.cli_args()
     args[args.index("--nomad-node-id") + 1] = "00000000-dead-beef-0000-000000000000"
     code, text = run("ls", "--json", *args)
     doc = json.loads(text)
@@ -243,8 +246,8 @@ def test_check_exit_codes(world: World) -> None:
     assert run("check", *base, "--exit-on", "OK")[0] == 0
 
 
-def test_table_shows_states_and_findings(world: World) -> None:
-    code, text = run("ls", *world.cli_args(), "--policy", str(DEMO_POLICY))
+def test_table_shows_states_and_findings(demo_node: World) -> None:
+    code, text = run("ls", *demo_node.cli_args(), "--policy", str(DEMO_POLICY))
     assert code == 0
     lines = text.splitlines()
     header = lines.index(next(line for line in lines if line.startswith("GPU")))
@@ -451,12 +454,12 @@ def test_name_like_a_task_without_such_allocation_is_unmanaged(world: World) -> 
     )
 
 
-def test_policy_exempts_a_container_by_its_label(world: World, tmp_path: Path) -> None:
+def test_policy_exempts_a_container_by_its_label(demo_node: World, tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(
         "version: 1\nfindings:\n  unmanaged-tenant: {ignore_labels: {maintainer: 'video-*'}}\n"
     )
-    code, text = run("check", "--json", *world.cli_args(), "--policy", str(policy))
+    code, text = run("check", "--json", *demo_node.cli_args(), "--policy", str(policy))
     pids = [
         f["subject"].get("pid")
         for f in json.loads(text)["findings"]
