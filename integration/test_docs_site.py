@@ -37,7 +37,9 @@ class Built:
     url: str
 
 
-@pytest.fixture(scope="module")
+# The site, its server and Chromium are the session's (one per xdist worker), not the
+# module's: the walks below take minutes, and spread over the workers they take less.
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     folder = site_of_run(tmp_path_factory)  # read, never written
 
@@ -52,7 +54,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         yield Built(folder, url + "/")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     yield from chromium.browser()
 
@@ -235,13 +237,21 @@ def serious_violations(page: Any) -> list[str]:
     ]
 
 
+AXE_SHARDS = 4
+"""axe-core takes seconds a page: each scheme's pages are read in this many tests, every
+fourth page in each, so that the workers share them (together they read every page)."""
+
+
+@pytest.mark.parametrize("shard", range(AXE_SHARDS))
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_axe_finds_nothing_serious_on_any_page(browser: Any, site: Built, scheme: str) -> None:
+def test_axe_finds_nothing_serious_on_any_page(
+    browser: Any, site: Built, scheme: str, shard: int
+) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
     try:
         page = context.new_page()
         found = {}
-        for url in pages(site):
+        for url in pages(site)[shard::AXE_SHARDS]:
             page.goto(url)
             page.wait_for_load_state("load")
             if violations := serious_violations(page):
@@ -264,7 +274,7 @@ def test_axe_is_heard_a_page_without_alt_text_is_a_violation(browser: Any, site:
 # --------------------------------------------------------------------------- tables
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the screenshots go: ``GPULEDGER_ARTEFACTS``, else a temporary folder."""
     return chromium.artefacts_folder(tmp_path_factory.mktemp("docs-shots"))
