@@ -5,6 +5,8 @@ A usage error is found before a command starts anything, so there is no need for
 its own (1.4 s to start each); ``test_each_command_refuses_a_usage_error_as_a_process``
 keeps one real process per command. Should a command start serving instead of refusing, the
 alarm stops it after ``BOUND_S`` and the test fails saying so, as the process's timeout did.
+What a process would have taken with it is put back after: the logging that ``serve`` sets up
+(to the stderr this test captures, closed once the test ends) and the signal handlers.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 import pytest
+import structlog
 
 from gpuledger.cli import main
 
@@ -40,6 +43,8 @@ def gpuledger(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> Ran:
 
     capsys.readouterr()  # what the test printed before is not the command's
     out = io.StringIO()
+    logging = structlog.get_config()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     previous = signal.signal(signal.SIGALRM, expire)
     signal.alarm(BOUND_S)
     try:
@@ -49,5 +54,8 @@ def gpuledger(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> Ran:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+        structlog.configure(**logging)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
     captured = capsys.readouterr()
     return Ran(code if isinstance(code, int) else 1, out.getvalue() + captured.out, captured.err)
