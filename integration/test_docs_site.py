@@ -37,8 +37,10 @@ class Built:
     url: str
 
 
-# The site, its server and Chromium are the session's (one per xdist worker), not the
-# module's: the walks below take minutes, and spread over the workers they take less.
+# The site and its server are the session's (one per xdist worker), and Chromium is each
+# test's, not the module's: the walks below take minutes, and spread over the workers they take
+# less. Chromium is not kept for the session: Playwright's sync API holds an asyncio loop while
+# it runs, which would break the next module's asyncio.run and its own sync_playwright.
 @pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     folder = site_of_run(tmp_path_factory)  # read, never written
@@ -54,7 +56,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         yield Built(folder, url + "/")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
     yield from chromium.browser()
 
