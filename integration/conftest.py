@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger.sim.world import World, load_scenario
+from tests.parallel import built_once, group_by_module
 from tests.secret_scan import scan_report
 from tests.secret_scan import shown as shown  # noqa: PLC0414 - the fixture, for every test
 
@@ -58,22 +59,26 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     given = os.environ.get("GPULEDGER_RELEASE_DIR")
     if given:
         return Path(given)
-    folder = tmp_path_factory.mktemp("release")
-    subprocess.run(
-        [str(REPO / "scripts" / "build-release"), str(folder)],
-        env={**os.environ, "GPULEDGER_PEX_PYTHON": PYTHON},
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    return folder
+
+    def build(folder: Path) -> None:
+        subprocess.run(
+            [str(REPO / "scripts" / "build-release"), str(folder)],
+            env={**os.environ, "GPULEDGER_PEX_PYTHON": PYTHON},
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+
+    return built_once(tmp_path_factory, "release", build)  # one build for every worker
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test under integration/ so it can be selected or left out."""
+    """Mark every test under integration/ so it can be selected or left out, and keep each
+    module's tests on one worker where they share a module's fixture (``tests/parallel.py``)."""
     for item in items:
         if "/integration/" in str(item.path):
             item.add_marker(pytest.mark.integration)
+    group_by_module(items)
 
 
 @pytest.hookimpl(hookwrapper=True)

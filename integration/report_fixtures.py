@@ -1,6 +1,7 @@
 """The week of ``report_history`` in a real Prometheus, shared by the report's tests.
 
-Session-scoped: the backfill and the server are made once for every module that imports them.
+Session-scoped: the backfill is made once in a run, whichever pytest-xdist worker asks first
+(``tests/parallel.py``), and each worker starts one server on a copy of it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gpuledger.cli import main
 from integration.prometheus_server import PrometheusServer, backfill
 from integration.report_history import WEEK, World, cluster, openmetrics
 from integration.runtimes import require_binary
+from tests.parallel import built_once
 
 END = int(datetime(2026, 11, 16, tzinfo=timezone.utc).timestamp())
 """The window's end: a fixed Monday, so the README's table and picture are this test's own."""
@@ -39,13 +41,16 @@ class Week:
 @pytest.fixture(scope="session")
 def week(tmp_path_factory: pytest.TempPathFactory) -> Week:
     promtool = require_binary("promtool", "prometheus")
-    folder = tmp_path_factory.mktemp("week")
     world = cluster()
-    om = folder / "week.om"
-    with om.open("w") as f:
-        f.writelines(openmetrics(world, END - WEEK))
-    backfill(promtool, om, folder / "data")
-    return Week(folder / "data", world)
+
+    def build(folder: Path) -> None:
+        om = folder / "week.om"
+        with om.open("w") as f:
+            f.writelines(openmetrics(world, END - WEEK))
+        backfill(promtool, om, folder / "data")
+
+    # one backfill for every worker: the servers each read a copy (server_on)
+    return Week(built_once(tmp_path_factory, "week", build) / "data", world)
 
 
 def server_on(week: Week, folder: Path, **kwargs: object) -> PrometheusServer:

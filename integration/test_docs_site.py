@@ -21,7 +21,7 @@ import pytest
 import requests
 
 import integration.browser as chromium
-from tests.deploy.docs_site import build_site
+from tests.deploy.docs_site import site_of_run
 from tests.fakes.loopback import serving
 
 WIDTHS = (360, 768, 1280, 1920)
@@ -37,9 +37,13 @@ class Built:
     url: str
 
 
-@pytest.fixture(scope="module")
+# The site and its server are the session's (one per xdist worker), and Chromium is each
+# test's, not the module's: the walks below take minutes, and spread over the workers they take
+# less. Chromium is not kept for the session: Playwright's sync API holds an asyncio loop while
+# it runs, which would break the next module's asyncio.run and its own sync_playwright.
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
-    folder = build_site(tmp_path_factory.mktemp("docs") / "site")
+    folder = site_of_run(tmp_path_factory)  # read, never written
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -52,7 +56,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         yield Built(folder, url + "/")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def browser() -> Iterator[Any]:
     yield from chromium.browser()
 
@@ -235,13 +239,21 @@ def serious_violations(page: Any) -> list[str]:
     ]
 
 
+AXE_SHARDS = 4
+"""axe-core takes seconds a page: each scheme's pages are read in this many tests, every
+fourth page in each, so that the workers share them (together they read every page)."""
+
+
+@pytest.mark.parametrize("shard", range(AXE_SHARDS))
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_axe_finds_nothing_serious_on_any_page(browser: Any, site: Built, scheme: str) -> None:
+def test_axe_finds_nothing_serious_on_any_page(
+    browser: Any, site: Built, scheme: str, shard: int
+) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
     try:
         page = context.new_page()
         found = {}
-        for url in pages(site):
+        for url in pages(site)[shard::AXE_SHARDS]:
             page.goto(url)
             page.wait_for_load_state("load")
             if violations := serious_violations(page):
@@ -264,7 +276,7 @@ def test_axe_is_heard_a_page_without_alt_text_is_a_violation(browser: Any, site:
 # --------------------------------------------------------------------------- tables
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the screenshots go: ``GPULEDGER_ARTEFACTS``, else a temporary folder."""
     return chromium.artefacts_folder(tmp_path_factory.mktemp("docs-shots"))

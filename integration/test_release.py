@@ -2,11 +2,13 @@
 from a folder with nothing else in it, without any virtualenv or gpuledger installed, with an
 empty environment but PATH and HOME).
 
-CI builds the release for every supported Python and machine (scripts/build-release) and names
-it in GPULEDGER_RELEASE_DIR; elsewhere the ``release`` fixture builds it for this node's Python
-and machine. Either is signed with a throwaway key (no GPULEDGER_SIGNING_KEY), whose
-allowed_signers the build leaves beside the release folder. How a user verifies and installs it
-is docs/release.md, whose commands ``test_release_steps.py`` runs.
+CI builds the release for every supported Python, this machine's PEX only, the other
+machine's wheels resolved without building its PEX (scripts/build-release,
+GPULEDGER_PEX_MACHINES), and names it in GPULEDGER_RELEASE_DIR; elsewhere the ``release``
+fixture builds it for this node's Python and machine. Either is signed with a throwaway key
+(no GPULEDGER_SIGNING_KEY), whose allowed_signers the build leaves beside the release folder.
+How a user verifies and installs it is docs/release.md, whose commands
+``test_release_steps.py`` runs.
 """
 
 from __future__ import annotations
@@ -34,9 +36,24 @@ MACHINES = ("x86_64", "aarch64")
 PYTHONS = ("cp310", "cp311", "cp312", "cp313")
 
 
-def built_machines() -> tuple[str, ...]:
-    """CI's release holds both machines' PEXes; the fixture's, this machine's alone."""
-    return MACHINES if os.environ.get("GPULEDGER_RELEASE_DIR") else (platform.machine(),)
+def resolved_only(release: Path) -> dict[str, list[str]]:
+    """The machines whose PEX the build only resolved: each one's ``cp3XX <wheel>`` lines."""
+    folder = release.parent / f"{release.name}.resolved"
+    return {
+        m: (folder / f"linux-{m}.txt").read_text().splitlines()
+        for m in MACHINES
+        if (folder / f"linux-{m}.txt").is_file()
+    }
+
+
+def built_machines(release: Path) -> tuple[str, ...]:
+    """CI's release holds a PEX for each machine it did not only resolve, this one's among
+    them; the fixture's, this machine's alone."""
+    if not os.environ.get("GPULEDGER_RELEASE_DIR"):
+        return (platform.machine(),)
+    built = tuple(m for m in MACHINES if m not in resolved_only(release))
+    assert platform.machine() in built, built
+    return built
 
 
 def pex_name(machine: str) -> str:
@@ -75,7 +92,7 @@ def test_the_release_holds_its_files_each_in_sha256sums(release: Path) -> None:
         f"gpuledger-{v}.tar.gz",
         f"gpuledger-{v}-py3-none-any.whl",
         f"gpuledger-{v}.intoto.jsonl",
-        *(pex_name(m) for m in built_machines()),
+        *(pex_name(m) for m in built_machines(release)),
     }
     assert {p.name for p in release.iterdir()} == artefacts | {"SHA256SUMS", "SHA256SUMS.sig"}
     listed = [line.split("  ", 1) for line in (release / "SHA256SUMS").read_text().splitlines()]
@@ -85,20 +102,30 @@ def test_the_release_holds_its_files_each_in_sha256sums(release: Path) -> None:
 
 
 def test_each_pex_holds_its_own_machines_wheels_for_every_python(release: Path) -> None:
-    for machine in built_machines():
+    """And a machine whose PEX CI only resolved (GPULEDGER_PEX_MACHINES) lists, for each
+    Python, the wheels pip picks for it (``pip install --dry-run --platform``), checked alike."""
+    for machine in built_machines(release):
         with zipfile.ZipFile(release / pex_name(machine)) as pex:
             wheels = {n.split("/")[1] for n in pex.namelist() if n.startswith(".deps/")} - {""}
-        compiled = {w for w in wheels if not w.endswith("-any.whl")}
-        assert compiled, wheels
-        others = [m for m in MACHINES if m != machine]
-        assert [w for w in compiled if any(m in w for m in others)] == []
-        assert all(machine in w for w in compiled), compiled
-        # rpds-py (under jsonschema) has no pure-Python fallback: one wheel per Python
-        rpds = {w.split("-")[2] for w in compiled if w.startswith("rpds_py-")}
-        if os.environ.get("GPULEDGER_RELEASE_DIR"):
-            assert rpds == set(PYTHONS)
-        else:
-            assert len(rpds) == 1, rpds
+        own_machines_wheels_for_every_python(machine, wheels)
+    for machine, lines in resolved_only(release).items():
+        assert {line.split()[0] for line in lines} == set(PYTHONS), lines
+        own_machines_wheels_for_every_python(machine, {line.split()[1] for line in lines})
+
+
+def own_machines_wheels_for_every_python(machine: str, wheels: set[str]) -> None:
+    """No other machine's compiled wheel, and an rpds-py wheel for each Python built for."""
+    compiled = {w for w in wheels if not w.endswith("-any.whl")}
+    assert compiled, wheels
+    others = [m for m in MACHINES if m != machine]
+    assert [w for w in compiled if any(m in w for m in others)] == []
+    assert all(machine in w for w in compiled), compiled
+    # rpds-py (under jsonschema) has no pure-Python fallback: one wheel per Python
+    rpds = {w.split("-")[2] for w in compiled if w.startswith("rpds_py-")}
+    if os.environ.get("GPULEDGER_RELEASE_DIR"):
+        assert rpds == set(PYTHONS)
+    else:
+        assert len(rpds) == 1, rpds
 
 
 def test_the_sdist_and_the_wheel_carry_the_commit_the_pex_names(release: Path, clean: Path) -> None:

@@ -1,5 +1,6 @@
-"""Shared test helpers: the fixtures path, a fake nvidia-smi, the simulated demo node, and the
-scan for planted secrets (``tests/secret_scan.py``) over what every test left captured."""
+"""Shared test helpers: the fixtures path, a fake nvidia-smi, the simulated demo node (one per
+test, or one per module for tests that only read it), and the scan for planted secrets
+(``tests/secret_scan.py``) over what every test left captured."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, settings
 
 from gpuledger.sim.nvidia_smi import install_fake_nvidia_smi
 from gpuledger.sim.world import World, load_scenario
+from tests.parallel import group_by_module
 from tests.secret_scan import scan_report
 from tests.secret_scan import shown as shown  # noqa: PLC0414 - the fixture, for every test
 
@@ -61,6 +63,19 @@ def mig_world() -> Iterator[World]:
     yield from _running("mig")
 
 
+@pytest.fixture(scope="module")
+def demo_node() -> Iterator[World]:
+    """The demo scenario's node, started once for a module whose tests only read it (none may
+    ``update`` it or change its fakes: the next test would see it; use ``demo_world``)."""
+    yield from _running("demo")
+
+
+@pytest.fixture(scope="module")
+def mig_node() -> Iterator[World]:
+    """The MIG scenario's node, started once for a module whose tests only read it."""
+    yield from _running("mig")
+
+
 # Property-based tests (tests/test_fuzz_parsers.py): a short run by default; the long one
 # (100,000 cases per parser, README "Development") with `--hypothesis-profile=long`.
 settings.register_profile("default", max_examples=200, deadline=2000, derandomize=False)
@@ -71,6 +86,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("default")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep each module's tests on one worker where they share a module's fixture
+    (``tests/parallel.py``); ``integration/conftest.py`` does the same for its own."""
+    group_by_module(items)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from gpuledger.cli import main
+from gpuledger.cli import COMMANDS, main
 from gpuledger.sim.world import World
+from tests.cli.in_process import gpuledger
 from tests.paths import REPO
 
 DEMO_POLICY = REPO / "src/gpuledger/sim/scenarios/demo-policy.yaml"
@@ -58,16 +59,16 @@ def findings(doc: dict[str, Any]) -> set[tuple[str, str, int | None]]:
     return {(f["code"], f["level"], index.get(f["gpu"])) for f in doc["findings"]}
 
 
-def test_demo_node_gives_every_state_and_finding(world: World) -> None:
-    doc = ls_json(world)
+def test_demo_node_gives_every_state_and_finding(demo_node: World) -> None:
+    doc = ls_json(demo_node)
     assert doc["schema"] == 1
     assert [g["state"] for g in doc["gpus"]] == DEMO_STATES
     assert findings(doc) == DEMO_FINDINGS
     assert all(s["ok"] for s in doc["sources"].values())
 
 
-def test_tenants_are_traced_to_containers_and_allocations(world: World) -> None:
-    gpus = ls_json(world)["gpus"]
+def test_tenants_are_traced_to_containers_and_allocations(demo_node: World) -> None:
+    gpus = ls_json(demo_node)["gpus"]
     (trainer,) = gpus[0]["tenants"]
     assert trainer["container"]["name"] == "trainer-1f2e3d4c-5b6a-4978-8a1b-2c3d4e5f6a70"
     assert trainer["container"]["runtime"] == "docker"
@@ -102,8 +103,10 @@ def test_tenants_are_traced_to_containers_and_allocations(world: World) -> None:
     assert gpus[0]["thermalMarginC"] == 29
 
 
-def test_hidden_allocation_names_namespace_and_capability_never_unreserved(world: World) -> None:
-    doc = ls_json(world)
+def test_hidden_allocation_names_namespace_and_capability_never_unreserved(
+    demo_node: World,
+) -> None:
+    doc = ls_json(demo_node)
     gpu4 = doc["gpus"][4]["uuid"]
     on_gpu4 = [f for f in doc["findings"] if f["gpu"] == gpu4]
     assert [f["code"] for f in on_gpu4] == ["source-unavailable"]
@@ -111,8 +114,8 @@ def test_hidden_allocation_names_namespace_and_capability_never_unreserved(world
     assert "read-job" in on_gpu4[0]["message"]
 
 
-def test_runtimes_off_make_container_gpus_unknown_not_unmanaged(world: World) -> None:
-    doc = ls_json(world, "--docker", "off", "--podman", "off")
+def test_runtimes_off_make_container_gpus_unknown_not_unmanaged(demo_node: World) -> None:
+    doc = ls_json(demo_node, "--docker", "off", "--podman", "off")
     assert [g["state"] for g in doc["gpus"]] == [
         "unknown",
         "reserved-idle",
@@ -142,8 +145,8 @@ def test_runtimes_off_make_container_gpus_unknown_not_unmanaged(world: World) ->
     assert [f["subject"]["pid"] for f in unmanaged] == [60133]
 
 
-def test_without_nomad_every_gpu_is_unknown_and_no_task_is_judged(world: World) -> None:
-    doc = ls_json(world, "--no-nomad")
+def test_without_nomad_every_gpu_is_unknown_and_no_task_is_judged(demo_node: World) -> None:
+    doc = ls_json(demo_node, "--no-nomad")
     assert {g["state"] for g in doc["gpus"]} == {"unknown"}
     codes = sorted(f["code"] for f in doc["findings"])
     assert "unreserved-tenant" not in codes and "reserved-idle" not in codes
@@ -187,9 +190,10 @@ def test_nvidia_smi_failures_are_one_finding(world: World, fault: str, words: st
     assert (finding["code"], finding["level"]) == ("source-unavailable", "ERROR")
 
 
-def test_missing_nvidia_smi_is_a_finding_not_a_crash(world: World) -> None:
+def test_missing_nvidia_smi_is_a_finding_not_a_crash(demo_node: World) -> None:
     args = [
-        a if a != str(world.nvidia_smi) else "/nonexistent/nvidia-smi" for a in world.cli_args()
+        a if a != str(demo_node.nvidia_smi) else "/nonexistent/nvidia-smi"
+        for a in demo_node.cli_args()
     ]
     code, text = run("check", "--json", *args)
     doc = json.loads(text)
@@ -219,8 +223,8 @@ def test_nomad_failures_are_one_finding_and_gpus_unknown(
     assert not any(f["code"] == "unreserved-tenant" for f in doc["findings"])
 
 
-def test_unknown_node_id_is_a_source_failure_not_a_free_node(world: World) -> None:
-    args = world.cli_args()
+def test_unknown_node_id_is_a_source_failure_not_a_free_node(demo_node: World) -> None:
+    args = demo_node.cli_args()
     args[args.index("--nomad-node-id") + 1] = "00000000-dead-beef-0000-000000000000"
     code, text = run("ls", "--json", *args)
     doc = json.loads(text)
@@ -242,8 +246,8 @@ def test_check_exit_codes(world: World) -> None:
     assert run("check", *base, "--exit-on", "OK")[0] == 0
 
 
-def test_table_shows_states_and_findings(world: World) -> None:
-    code, text = run("ls", *world.cli_args(), "--policy", str(DEMO_POLICY))
+def test_table_shows_states_and_findings(demo_node: World) -> None:
+    code, text = run("ls", *demo_node.cli_args(), "--policy", str(DEMO_POLICY))
     assert code == 0
     lines = text.splitlines()
     header = lines.index(next(line for line in lines if line.startswith("GPU")))
@@ -270,29 +274,38 @@ def test_table_shows_states_and_findings(world: World) -> None:
         (["ls", "--publish-node-meta"], "unrecognized arguments: --publish-node-meta"),
     ],
 )
-def test_usage_errors_exit_2_with_a_message_and_no_traceback(argv: list[str], words: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuledger", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def test_usage_errors_exit_2_with_a_message_and_no_traceback(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc = gpuledger(argv, capsys)
     assert proc.returncode == 2
     assert words in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_invalid_policy_is_a_usage_error_naming_file_and_line(tmp_path: Path) -> None:
-    bad = tmp_path / "policy.yaml"
-    bad.write_text("version: 1\nfindings:\n  hot: {level: SEVERE}\n")
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_each_command_refuses_a_usage_error_as_a_process(command: str) -> None:
+    """The console script as a user runs it, once per command: the tests above run ``main``
+    in this process, which leaves out ``__main__``'s exit and the process's own stderr."""
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuledger", "check", "--policy", str(bad), "--no-nomad"],
+        [sys.executable, "-m", "gpuledger", command, "--no-such-flag"],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+    assert proc.returncode == 2, proc.stderr
+    first, hint = proc.stderr.splitlines()  # one message, and where the options are told
+    assert first.startswith(f"gpuledger {command}: error: "), proc.stderr
+    assert hint == f"Run 'gpuledger {command} --help' for the options."
+
+
+def test_invalid_policy_is_a_usage_error_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("version: 1\nfindings:\n  hot: {level: SEVERE}\n")
+    proc = gpuledger(["check", "--policy", str(bad), "--no-nomad"], capsys)
     assert proc.returncode == 2
     assert f"{bad}:3:" in proc.stderr and "SEVERE" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -441,12 +454,12 @@ def test_name_like_a_task_without_such_allocation_is_unmanaged(world: World) -> 
     )
 
 
-def test_policy_exempts_a_container_by_its_label(world: World, tmp_path: Path) -> None:
+def test_policy_exempts_a_container_by_its_label(demo_node: World, tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(
         "version: 1\nfindings:\n  unmanaged-tenant: {ignore_labels: {maintainer: 'video-*'}}\n"
     )
-    code, text = run("check", "--json", *world.cli_args(), "--policy", str(policy))
+    code, text = run("check", "--json", *demo_node.cli_args(), "--policy", str(policy))
     pids = [
         f["subject"].get("pid")
         for f in json.loads(text)["findings"]

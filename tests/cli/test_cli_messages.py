@@ -10,8 +10,6 @@ from __future__ import annotations
 import io
 import re
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuledger.cli import main
+from tests.cli.in_process import gpuledger
 
 NO_SOURCES = ("--nvidia-smi", "/bin/false", "--docker", "off", "--podman", "off",
               "--kernel-log", "off")  # fmt: skip
@@ -232,12 +231,13 @@ def test_a_docker_socket_that_is_not_there_is_never_ok(
 
 
 @pytest.mark.parametrize("where", ["a directory", "a missing directory"])
-def test_serve_refuses_a_history_it_could_never_write(where: str, tmp_path: Path) -> None:
+def test_serve_refuses_a_history_it_could_never_write(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     history = tmp_path if where == "a directory" else tmp_path / "gone" / "history.json"
     argv = ["serve", "--listen", "127.0.0.1:0", "--no-nomad", *NO_SOURCES, "--history",
             str(history)]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "gpuledger", *argv], capture_output=True,
-                          text=True, timeout=30, check=False)  # fmt: skip
+    done = gpuledger(argv, capsys)
     assert done.returncode == 2, done.stderr
     if where == "a directory":
         assert f"--history {history}: is a directory; name a file in it" in done.stderr

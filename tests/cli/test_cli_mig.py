@@ -50,8 +50,8 @@ def with_card(world: World, card: dict[str, Any]) -> None:
     world.update(gpus=[world.scenario["gpus"][0], card])
 
 
-def test_every_instance_has_its_state_and_the_card_says_mig(world: World) -> None:
-    doc = ls_json(world)
+def test_every_instance_has_its_state_and_the_card_says_mig(mig_node: World) -> None:
+    doc = ls_json(mig_node)
     card = card_doc(doc)
     assert (card["state"], card["migEnabled"], card["utilizationPercent"]) == ("mig", True, None)
     assert card["temperatureC"] == 36  # what belongs to the card stays with it
@@ -73,8 +73,8 @@ def test_every_instance_has_its_state_and_the_card_says_mig(world: World) -> Non
     assert doc["missingDevices"] == []
 
 
-def test_the_table_shows_instances_under_their_card(world: World) -> None:
-    code, text = run("ls", *world.cli_args(), "--policy", str(DEMO_POLICY))
+def test_the_table_shows_instances_under_their_card(mig_node: World) -> None:
+    code, text = run("ls", *mig_node.cli_args(), "--policy", str(DEMO_POLICY))
     assert code == 0
     lines = text.splitlines()
     card = next(i for i, line in enumerate(lines) if line.startswith("1 ") and " mig " in line)
@@ -128,8 +128,8 @@ def test_instance_memory_not_reported_is_null(world: World) -> None:
     assert (free["memoryUsedMiB"], free["memoryTotalMiB"], free["state"]) == (None, None, "free")
 
 
-def test_no_utilisation_under_mig_gives_no_held_idle(world: World) -> None:
-    doc = ls_json(world)  # the demo policy: held-idle after 0 s below 5 %
+def test_no_utilisation_under_mig_gives_no_held_idle(mig_node: World) -> None:
+    doc = ls_json(mig_node)  # the demo policy: held-idle after 0 s below 5 %
     assert "held-idle" not in {f["code"] for f in doc["findings"]}
 
 
@@ -168,8 +168,8 @@ def test_the_older_mig_uuid_form_is_joined(world: World) -> None:
     assert doc["missingDevices"] == []
 
 
-def test_without_nomad_every_instance_is_unknown(world: World) -> None:
-    doc = ls_json(world, "--no-nomad")
+def test_without_nomad_every_instance_is_unknown(mig_node: World) -> None:
+    doc = ls_json(mig_node, "--no-nomad")
     assert set(states(doc).values()) == {"unknown"}
     assert card_doc(doc)["state"] == "mig"
 

@@ -58,11 +58,11 @@ def compare(got: str, name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "argv", "normalize"), DOCUMENTS)
-def test_golden(demo_world: World, name: str, argv: tuple[str, ...], normalize) -> None:  # type: ignore[no-untyped-def]
-    compare(normalize(output(demo_world, *argv)), name)
+def test_golden(demo_node: World, name: str, argv: tuple[str, ...], normalize) -> None:  # type: ignore[no-untyped-def]
+    compare(normalize(output(demo_node, *argv)), name)
 
 
 @pytest.mark.parametrize(("name", "argv", "normalize"), DOCUMENTS)
-def test_golden_mig(mig_world: World, name: str, argv: tuple[str, ...], normalize) -> None:  # type: ignore[no-untyped-def]
+def test_golden_mig(mig_node: World, name: str, argv: tuple[str, ...], normalize) -> None:  # type: ignore[no-untyped-def]
     """The MIG node's ledger: instances under their card, each with its state and findings."""
-    compare(normalize(output(mig_world, *argv)), f"mig-{name}")
+    compare(normalize(output(mig_node, *argv)), f"mig-{name}")

@@ -12,8 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -23,6 +21,7 @@ from gpuledger.sim.fleet_payloads import sim_uuid
 from gpuledger.sim.fleet_sim import FleetSim, SimGpu, SimNode
 from gpuledger.sim.nomad_api import FakeNomad
 from gpuledger.sim.world import World
+from tests.cli.in_process import gpuledger
 from tests.paths import REPO
 
 DEMO_POLICY = REPO / "src/gpuledger/sim/scenarios/demo-policy.yaml"
@@ -113,11 +112,10 @@ def test_the_fleet_counts_a_nodes_gpus_of_the_kinds_named(
         ("nvi dia/gpu", "the vendor 'nvi dia' is not a plain word"),
     ],
 )
-def test_a_bad_value_exits_2_naming_the_flag_and_the_fix(value: str, words: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuledger", "ls", "--nomad-gpu-devices", value],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+def test_a_bad_value_exits_2_naming_the_flag_and_the_fix(
+    value: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc = gpuledger(["ls", "--nomad-gpu-devices", value], capsys)
     assert proc.returncode == 2, proc.stderr
     assert "argument --nomad-gpu-devices" in proc.stderr
     assert words in proc.stderr

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -12,6 +10,7 @@ import pytest
 from gpuledger.cli import flags
 from gpuledger.commands.options import NomadWatchFlags
 from gpuledger.commands.serve import ServeOptions, read_mode
+from tests.cli.in_process import gpuledger
 
 
 def parsed(*argv: str) -> NomadWatchFlags:
@@ -42,14 +41,10 @@ def test_the_flags_given_are_the_ones_used() -> None:
         (["--nomad-max-stale", "soon"], "argument --nomad-max-stale: 'soon'"),
     ],
 )
-def test_a_watch_flag_that_cannot_be_used_is_a_usage_error(argv: list[str], words: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuledger", "serve", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def test_a_watch_flag_that_cannot_be_used_is_a_usage_error(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc = gpuledger(["serve", *argv], capsys)
     assert proc.returncode == 2, proc.stderr
     assert words in proc.stderr
     assert "Traceback" not in proc.stderr

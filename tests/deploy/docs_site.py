@@ -1,5 +1,5 @@
-"""The docs site built as ``.ci/run`` builds it (``mkdocs build --strict``, mkdocs.yml), into a
-folder of the test's, and the page of the built site a URL below its ``site_url`` names."""
+"""The docs site built as ``.ci/run`` builds it (``mkdocs build --strict``, mkdocs.yml), once
+in a run, and the page of the built site a URL below its ``site_url`` names."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
+from tests.parallel import built_once
 from tests.paths import REPO
 
 MKDOCS_YML = REPO / "mkdocs.yml"
@@ -31,6 +33,15 @@ def build_site(dest: Path) -> Path:
     )  # fmt: skip
     assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout}{run.stderr}"
     return dest
+
+
+def site_of_run(factory: pytest.TempPathFactory) -> Path:
+    """The site for this run's tests, which only read it: the one ``.ci/run`` built as its
+    check (``GPULEDGER_SITE_DIR``), else one built here once for every worker."""
+    given = os.environ.get("GPULEDGER_SITE_DIR")
+    if given:
+        return Path(given)
+    return built_once(factory, "site", build_site)
 
 
 def site_url() -> str:

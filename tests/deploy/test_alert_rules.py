@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.docs_site import DOCS, build_site, page_of, site_url
+from tests.deploy.docs_site import DOCS, page_of, site_of_run, site_url
 from tests.paths import REPO
 
 HERE = REPO / "deploy/prometheus"
@@ -199,10 +199,15 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built site, which these tests only read."""
+    return site_of_run(tmp_path_factory)
+
+
 def test_every_alert_links_a_page_of_the_built_site_that_says_what_its_runbook_says(
-    tmp_path: Path,
+    site: Path,
 ) -> None:
-    site = build_site(tmp_path / "site")
     assert set(alerts()) == ALERTS
     for name, rule in alerts().items():
         url = rule["annotations"]["runbook_url"]
@@ -215,8 +220,7 @@ def test_every_alert_links_a_page_of_the_built_site_that_says_what_its_runbook_s
         assert _words(rule["expr"]) in _words(source), f"{name}: the page shows another rule"
 
 
-def test_a_url_outside_the_site_or_of_no_page_resolves_to_none(tmp_path: Path) -> None:
-    site = build_site(tmp_path / "site")
+def test_a_url_outside_the_site_or_of_no_page_resolves_to_none(site: Path) -> None:
     assert page_of(f"{site_url()}runbooks/GPULedgerHot/", site) is not None
     assert page_of(f"{site_url()}runbooks/GPULedgerNoSuchAlert/", site) is None
     assert page_of(f"{site_url()}../etc/passwd", site) is None

@@ -10,7 +10,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ import pytest
 from gpuledger.errors import ConfigError
 from gpuledger.web.server import Limits, Server, bind
 from gpuledger.web.webconfig import load_web_config
+from tests.cli.in_process import gpuledger
 from tests.fakes.nomad_pki import Pki, make_pki
 
 
@@ -208,27 +208,12 @@ def test_a_bad_web_config_names_the_file_line_and_key(
     ],
 )
 def test_a_web_config_that_cannot_work_stops_serve_with_exit_2(
-    tmp_path: Path, pki: Pki, text: str, message: str
+    tmp_path: Path, pki: Pki, text: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Both started a server before: one whose every handshake failed, one whose every answer
     # was a 500 (waitress refuses a header value with CR or LF).
     config = write(tmp_path, text.format(cert=pki.server_cert, key=pki.server_key))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuledger",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--web-config",
-            str(config),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = gpuledger(["serve", "--listen", "127.0.0.1:0", "--web-config", str(config)], capsys)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
     assert "Traceback" not in done.stderr
