@@ -1,10 +1,11 @@
-"""How the tests share pytest-xdist's workers (``-n auto --dist loadgroup``, pyproject.toml),
+"""How the tests share pytest-xdist's workers (``-n auto --dist loadfile``, pyproject.toml),
 and what they build once for a whole run.
 
-- A test runs on whichever worker is free, except that the tests of a module that uses a
-  fixture of ``scope="module"`` (a Chromium, a Prometheus, a simulated cluster) all run on
-  one worker, so that the fixture is built once, as in a serial run (``group_by_module``).
-  A module may name a group of its own (``pytest.mark.xdist_group``) instead.
+- The tests of one module run on one worker (``loadfile``), so a fixture of
+  ``scope="module"`` (a Chromium, a Prometheus, a simulated cluster) is built once, as in a
+  serial run. ``group_by_module`` also marks such modules with an ``xdist_group``, for
+  ``--dist loadgroup``; with pytest 9.2 and pytest-xdist 3.8 here, loadgroup spread even a
+  statically marked group over both workers, so loadfile is the default.
 - A session fixture that costs minutes and that every worker could ask for (the release's
   PEX, a backfilled week of Prometheus data) is built by the first worker that asks, under a
   lock, into a folder the run's workers share, and read by the others (``built_once``).
